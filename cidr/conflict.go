@@ -35,7 +35,9 @@ func (r Range) String() string { return fmt.Sprintf("%s %s (%s)", r.Kind, r.Pref
 // overlap: shared address space (where Tailscale and carrier-grade NAT live),
 // link-local, loopback, multicast and the documentation ranges.
 func WellKnown() []Range {
-	mk := func(name, p string) Range { return Range{Name: name, Kind: KindWellKnown, Prefix: netip.MustParsePrefix(p)} }
+	mk := func(name, p string) Range {
+		return Range{Name: name, Kind: KindWellKnown, Prefix: netip.MustParsePrefix(p)}
+	}
 	return []Range{
 		mk("this network (RFC 1122)", "0.0.0.0/8"),
 		mk("loopback (RFC 1122)", "127.0.0.0/8"),

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func r(name string, kind Kind, p string) Range { return Range{Name: name, Kind: kind, Prefix: MustParse(p)} }
+func r(name string, kind Kind, p string) Range {
+	return Range{Name: name, Kind: kind, Prefix: MustParse(p)}
+}
 
 func TestAnalyzeFirstStoryWidening(t *testing.T) {
 	// Widening the pod CIDR 10.233.64.0/18 to a /16 swallows the Service CIDR.
