@@ -1,0 +1,172 @@
+// Package journal is the crash-safe on-disk record that every cidrshift Apply
+// writes before a destructive call. Each record is one JSON file, written to a
+// temporary file, fsynced, renamed into place and made durable by an fsync of
+// the directory, so a process killed at any instant leaves either the old or
+// the new record, never a torn one. A lock file keeps two runs from sharing a
+// journal.
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// ErrLocked means another process holds the journal.
+var ErrLocked = errors.New("journal is locked by another run")
+
+const ext = ".json"
+
+// Journal is a directory of records keyed by strings such as "node/worker-1".
+type Journal struct {
+	dir  string
+	lock *os.File
+}
+
+// Open creates dir if needed and takes an exclusive lock on it. Close releases it.
+func Open(dir string) (*Journal, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("journal directory: empty path")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating journal directory %s: %w", dir, err)
+	}
+	if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening journal lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
+	}
+	return &Journal{dir: dir, lock: f}, nil
+}
+
+// Dir returns the journal's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Close releases the lock.
+func (j *Journal) Close() error {
+	if j == nil || j.lock == nil {
+		return nil
+	}
+	err := j.lock.Close()
+	j.lock = nil
+	return err
+}
+
+func (j *Journal) path(key string) string {
+	return filepath.Join(j.dir, url.PathEscape(key)+ext)
+}
+
+// Put durably stores v (as JSON) under key, replacing any previous record.
+// When Put returns nil the record survives a crash of the process or machine.
+func (j *Journal) Put(key string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding journal record %q: %w", key, err)
+	}
+	return WriteFileAtomic(j.path(key), append(data, '\n'), 0o600)
+}
+
+// Get loads the record under key into v and reports whether it exists.
+func (j *Journal) Get(key string, v any) (bool, error) {
+	data, err := os.ReadFile(j.path(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading journal record %q: %w", key, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("decoding journal record %q in %s: %w", key, j.dir, err)
+	}
+	return true, nil
+}
+
+// Delete removes the record under key; a missing record is not an error.
+func (j *Journal) Delete(key string) error {
+	if err := os.Remove(j.path(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting journal record %q: %w", key, err)
+	}
+	return syncDir(j.dir)
+}
+
+// Keys returns the keys of all records with the given prefix, sorted.
+func (j *Journal) Keys(prefix string) ([]string, error) {
+	entries, err := os.ReadDir(j.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing journal %s: %w", j.dir, err)
+	}
+	var keys []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
+			continue
+		}
+		key, err := url.PathUnescape(strings.TrimSuffix(name, ext))
+		if err != nil || !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// WriteFileAtomic writes data to path so that a crash leaves either the old
+// file or the complete new one: temporary file in the same directory, fsync,
+// rename, fsync of the directory. An existing file's mode is kept.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	cleanup := func() { tmp.Close(); os.Remove(tmp.Name()) }
+	if _, err := tmp.Write(data); err != nil {
+		cleanup()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		cleanup()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		cleanup()
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening directory %s to sync: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
