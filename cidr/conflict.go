@@ -91,12 +91,16 @@ type Overlap struct {
 	Reason   string   `json:"reason"`
 }
 
-func (o Overlap) String() string {
+// String returns the severity followed by Message.
+func (o Overlap) String() string { return string(o.Severity) + ": " + o.Message() }
+
+// Message describes the overlap in one line, naming both sides and why it matters.
+func (o Overlap) Message() string {
 	verb := "contains"
 	if o.Relation == Equal {
 		verb = "equals"
 	}
-	return fmt.Sprintf("%s: %s %s %s: %s", o.Severity, o.Outer, verb, o.Inner, o.Reason)
+	return fmt.Sprintf("%s %s %s: %s", o.Outer, verb, o.Inner, o.Reason)
 }
 
 // AnalyzeOptions tunes Analyze.

@@ -27,6 +27,27 @@ func (f Family) String() string {
 	return "unknown"
 }
 
+// MarshalText encodes the family as "IPv4" or "IPv6".
+func (f Family) MarshalText() ([]byte, error) {
+	if f != IPv4 && f != IPv6 {
+		return nil, fmt.Errorf("%w: unknown family %d", ErrFamily, int(f))
+	}
+	return []byte(f.String()), nil
+}
+
+// UnmarshalText decodes "IPv4" or "IPv6" (case-insensitive; "4" and "6" too).
+func (f *Family) UnmarshalText(b []byte) error {
+	switch strings.ToLower(string(b)) {
+	case "ipv4", "4":
+		*f = IPv4
+	case "ipv6", "6":
+		*f = IPv6
+	default:
+		return fmt.Errorf("%w: %q is not IPv4 or IPv6", ErrFamily, b)
+	}
+	return nil
+}
+
 // FamilyOf returns the family of p.
 func FamilyOf(p netip.Prefix) Family {
 	if p.Addr().Is4() {

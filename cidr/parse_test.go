@@ -117,3 +117,17 @@ func TestFamily(t *testing.T) {
 	assert.Equal(t, "unknown", Family(0).String())
 	assert.Equal(t, 128, IPv6.AddrBits())
 }
+
+func TestFamilyText(t *testing.T) {
+	b, err := IPv6.MarshalText()
+	require.NoError(t, err)
+	assert.Equal(t, "IPv6", string(b))
+	_, err = Family(5).MarshalText()
+	assert.ErrorIs(t, err, ErrFamily)
+	var f Family
+	require.NoError(t, f.UnmarshalText([]byte("ipv4")))
+	assert.Equal(t, IPv4, f)
+	require.NoError(t, f.UnmarshalText([]byte("6")))
+	assert.Equal(t, IPv6, f)
+	assert.ErrorContains(t, f.UnmarshalText([]byte("ipx")), `"ipx" is not IPv4 or IPv6`)
+}

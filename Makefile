@@ -1,0 +1,31 @@
+# cidrshift: one command runs every test, unit and e2e.
+#   make test   - everything CI runs (unit tests, example tests, e2e on a real control plane)
+#   make unit   - the root module only (seconds)
+#   make e2e    - the e2e module: builds kube-apiserver, kube-controller-manager, kube-scheduler,
+#                 etcd and kwok from Go modules into e2e/.cache the first time, then runs the scenarios
+#   make fuzz   - a short fuzzing pass over every parser
+#   make bench  - benchmarks (not part of CI)
+
+GO ?= go
+FUZZTIME ?= 10s
+
+.PHONY: test unit e2e fuzz bench
+
+test: unit e2e
+
+unit:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+e2e:
+	cd e2e && $(GO) vet ./... && $(GO) test -count=1 -timeout 60m ./...
+
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
