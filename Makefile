@@ -29,3 +29,4 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd e2e/peerbench && $(GO) test -bench . -benchmem -count 6 .

@@ -40,10 +40,12 @@ type AllocatorOptions struct {
 }
 
 // Allocator hands out fixed-size subnets from one or more parent ranges of
-// one family. Held subnets are kept as runs of consecutive indices, so memory
-// grows with what is held (and how scattered it is), never with the size of
-// the range: an IPv6 /32 cut into /64 subnets costs nothing until used.
-// Operations are O(log runs). An Allocator is not safe for concurrent use.
+// one family. A pool of at most 65,536 subnets is a fixed 8 KiB bitmap; a
+// larger one keeps held subnets as runs of consecutive indices in a treap, so
+// its memory grows with what is held (and how scattered it is), never with the
+// size of the range: an IPv6 /32 cut into /64 subnets costs nothing until used.
+// Operations are O(1) on a bitmap and O(log runs) on runs. An Allocator is not
+// safe for concurrent use.
 type Allocator struct {
 	pools  []*pool
 	order  Order
@@ -57,7 +59,7 @@ type pool struct {
 	last  uint64 // highest subnet index
 	held  uint64
 	next  uint64 // cursor for OrderControllerManager
-	set   runSet
+	set   indexSet
 }
 
 // NewAllocator returns an allocator over the given pools, which must be valid,
@@ -97,7 +99,7 @@ func NewAllocator(pools []Pool, opts AllocatorOptions) (*Allocator, error) {
 			base:  addrToU128(p.Parent.Addr()),
 			shift: uint(fam.AddrBits() - p.Bits),
 			last:  (uint64(1) << uint(p.Bits-p.Parent.Bits())) - 1,
-			set:   newRunSet(),
+			set:   newIndexSet(uint64(1) << uint(p.Bits-p.Parent.Bits())),
 		})
 	}
 	return a, nil

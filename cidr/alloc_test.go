@@ -97,50 +97,79 @@ func (m *cidrsetModel) allocate() int {
 }
 
 func TestAllocatorMatchesCidrsetModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	const size = 256
-	a := mustAlloc(t, "10.0.0.0/16", 24, OrderControllerManager)
-	m := &cidrsetModel{used: make([]bool, size)}
-	sub := func(i int) netip.Prefix { return MustParse(fmt.Sprintf("10.0.%d.0/24", i)) }
-	for step := 0; step < 20000; step++ {
-		switch op := rng.IntN(10); {
-		case op < 5:
-			want := m.allocate()
-			got, err := a.AllocateNext()
-			if want < 0 {
-				require.ErrorIs(t, err, ErrFull)
-				continue
+	// Both representations: a bitmap pool (256 subnets) and a runs pool (2^17).
+	for _, tc := range []struct {
+		parent string
+		bits   int
+		size   int
+	}{{"10.0.0.0/16", 24, 256}, {"10.0.0.0/8", 25, 1 << 17}} {
+		t.Run(tc.parent, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			a := mustAlloc(t, tc.parent, tc.bits, OrderControllerManager)
+			m := &cidrsetModel{used: make([]bool, tc.size)}
+			base := addrToU128(MustParse(tc.parent).Addr())
+			sub := func(i int) netip.Prefix {
+				v, _ := base.add(shl64(uint64(i), uint(32-tc.bits)))
+				return netip.PrefixFrom(u128ToAddr(v, true), tc.bits)
 			}
-			require.NoError(t, err)
-			require.Equal(t, sub(want), got, "step %d", step)
-		case op < 8:
-			i := rng.IntN(size)
-			err := a.Release(sub(i))
-			if m.used[i] {
-				require.NoError(t, err)
-				m.used[i] = false
-				m.n--
-			} else {
-				require.ErrorIs(t, err, ErrNotHeld)
+			if tc.size > 256 {
+				// Fill most of the range with one wide Occupy, leaving holes, so
+				// the cursor wraps within the test.
+				a.Occupy(MustParse(tc.parent), "")
+				for i := range m.used {
+					m.used[i] = true
+				}
+				m.n = tc.size
+				for i := 0; i < 300; i++ {
+					j := rng.IntN(tc.size)
+					if m.used[j] {
+						require.NoError(t, a.Release(sub(j)))
+						m.used[j] = false
+						m.n--
+					}
+				}
 			}
-		default:
-			i := rng.IntN(size)
-			findings := a.Occupy(sub(i), "")
-			if m.used[i] {
-				require.Len(t, findings, 1)
-				require.Equal(t, FindingOccupied, findings[0].Kind)
-			} else {
-				require.Empty(t, findings)
-				m.used[i] = true
-				m.n++
+			for step := 0; step < 20000; step++ {
+				switch op := rng.IntN(10); {
+				case op < 5:
+					want := m.allocate()
+					got, err := a.AllocateNext()
+					if want < 0 {
+						require.ErrorIs(t, err, ErrFull)
+						continue
+					}
+					require.NoError(t, err)
+					require.Equal(t, sub(want), got, "step %d", step)
+				case op < 8:
+					i := rng.IntN(tc.size)
+					err := a.Release(sub(i))
+					if m.used[i] {
+						require.NoError(t, err)
+						m.used[i] = false
+						m.n--
+					} else {
+						require.ErrorIs(t, err, ErrNotHeld)
+					}
+				default:
+					i := rng.IntN(tc.size)
+					findings := a.Occupy(sub(i), "")
+					if m.used[i] {
+						require.Len(t, findings, 1)
+						require.Equal(t, FindingOccupied, findings[0].Kind)
+					} else {
+						require.Empty(t, findings)
+						m.used[i] = true
+						m.n++
+					}
+				}
+				require.Equal(t, fmt.Sprint(tc.size-m.n), a.Free().String())
+				if step%4999 == 0 {
+					for i := 0; i < tc.size; i++ {
+						require.Equal(t, m.used[i], a.Has(sub(i)), "index %d at step %d", i, step)
+					}
+				}
 			}
-		}
-		require.Equal(t, fmt.Sprint(size-m.n), a.Free().String())
-		if step%997 == 0 {
-			for i := 0; i < size; i++ {
-				require.Equal(t, m.used[i], a.Has(sub(i)), "index %d at step %d", i, step)
-			}
-		}
+		})
 	}
 }
 
@@ -254,16 +283,27 @@ func TestAllocatorHugeIPv6(t *testing.T) {
 	assert.False(t, a.Has(last))
 }
 
-func TestRunSetRandomAgainstMap(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 9))
-	s := newRunSet()
-	model := map[uint64]bool{}
+func TestIndexSetsRandomAgainstMap(t *testing.T) {
 	const space = 300
+	rs := newRunSet()
+	for name, set := range map[string]indexSet{"runs": &rs, "bitmap": &bitset{words: make([]uint64, 5)}} {
+		t.Run(name, func(t *testing.T) {
+			testIndexSet(t, set, space)
+		})
+	}
+}
+
+func testIndexSet(t *testing.T, s indexSet, space uint64) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	model := map[uint64]bool{}
 	for step := 0; step < 30000; step++ {
 		switch rng.IntN(3) {
 		case 0:
-			a := uint64(rng.IntN(space))
-			b := a + uint64(rng.IntN(8))
+			a := rng.Uint64N(space)
+			b := a + uint64(rng.IntN(70))
+			if b >= space {
+				b = space - 1
+			}
 			want := uint64(0)
 			for i := a; i <= b; i++ {
 				if !model[i] {
@@ -273,11 +313,11 @@ func TestRunSetRandomAgainstMap(t *testing.T) {
 			}
 			require.Equal(t, want, s.add(a, b), "add %d-%d", a, b)
 		case 1:
-			x := uint64(rng.IntN(space))
+			x := rng.Uint64N(space)
 			require.Equal(t, model[x], s.remove(x))
 			delete(model, x)
 		default:
-			x := uint64(rng.IntN(space))
+			x := rng.Uint64N(space)
 			want := x
 			for model[want] {
 				want++
@@ -285,20 +325,27 @@ func TestRunSetRandomAgainstMap(t *testing.T) {
 			require.Equal(t, want, s.nextAbsent(x))
 		}
 		if step%500 == 0 {
-			// Runs stay maximal and sorted.
-			var prevHi uint64
-			first := true
-			s.walk(s.root, func(n *runNode) {
-				require.LessOrEqual(t, n.lo, n.hi)
-				if !first {
-					require.Greater(t, n.lo, prevHi+1, "runs must be maximal")
-				}
-				first = false
-				prevHi = n.hi
-			})
-			for i := uint64(0); i < space+10; i++ {
+			runs := 0
+			for i := uint64(0); i < space; i++ {
 				require.Equal(t, model[i], s.has(i))
+				if model[i] && (i == 0 || !model[i-1]) {
+					runs++
+				}
 			}
+			require.Equal(t, runs, s.runs())
 		}
+	}
+	if rs, ok := s.(*runSet); ok {
+		// Runs stay maximal and sorted.
+		var prevHi uint64
+		first := true
+		rs.walk(rs.root, func(n *runNode) {
+			require.LessOrEqual(t, n.lo, n.hi)
+			if !first {
+				require.Greater(t, n.lo, prevHi+1, "runs must be maximal")
+			}
+			first = false
+			prevHi = n.hi
+		})
 	}
 }
