@@ -1,0 +1,46 @@
+// Command e2e-build builds (or finds in the cache) the control-plane binaries
+// the e2e harness runs, so CI can build them in a step of their own before
+// `go test`. It prints the directory of each binary.
+//
+//	go run ./cmd/e2e-build                       # K8S_VERSION or 1.36.3
+//	go run ./cmd/e2e-build -k8s-version 1.32.13
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cidrshift/cidrshift/e2e/harness"
+)
+
+func main() {
+	version := flag.String("k8s-version", harness.K8sVersionFromEnv(), "Kubernetes release to build, e.g. 1.36.3")
+	cacheDir := flag.String("cache-dir", "", "binary cache root (default $"+harness.CacheDirEnv+" or <e2e>/.cache)")
+	flag.Parse()
+	if flag.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "e2e-build: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	bins, err := harness.EnsureBinaries(ctx, harness.BuildOptions{
+		K8sVersion: *version,
+		CacheDir:   *cacheDir,
+		Logf:       log.Printf,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e-build: %v\n", err)
+		os.Exit(1)
+	}
+	for _, p := range []string{bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl, bins.Kwok, bins.KwokStages} {
+		fmt.Println(p)
+	}
+	log.Printf("binaries for Kubernetes %s ready in %s", bins.K8sVersion, time.Since(start).Round(time.Millisecond))
+}
