@@ -1,0 +1,244 @@
+package calicotest_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/cidrshift/cidrshift/calico"
+	"github.com/cidrshift/cidrshift/calico/calicotest"
+)
+
+func deployment(name string, replicas int32) *appsv1.Deployment {
+	l := map[string]string{"app": name}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: l},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}
+}
+
+func TestRulesObjectBookkeeping(t *testing.T) {
+	ctx := context.Background()
+	kube, _ := calicotest.NewKube()
+	d, err := kube.AppsV1().Deployments("default").Create(ctx, deployment("web", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, d.UID)
+	assert.NotEmpty(t, d.ResourceVersion)
+	assert.Equal(t, int64(1), d.Generation)
+
+	// Spec change: generation moves. Status update: it does not, and cannot change the spec.
+	d.Spec.Replicas = ptr(int32(3))
+	d2, err := kube.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), d2.Generation)
+	assert.Equal(t, d.UID, d2.UID)
+	d2.Status.ObservedGeneration = 2
+	d2.Spec.Replicas = ptr(int32(9))
+	d3, err := kube.AppsV1().Deployments("default").UpdateStatus(ctx, d2, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), d3.Generation)
+	assert.Equal(t, int32(3), *d3.Spec.Replicas)
+	assert.Equal(t, int64(2), d3.Status.ObservedGeneration)
+
+	// Stale resourceVersion: conflict.
+	_, err = kube.AppsV1().Deployments("default").Update(ctx, d, metav1.UpdateOptions{})
+	assert.True(t, apierrors.IsConflict(err), "%v", err)
+
+	// Patch of the template bumps generation too.
+	p, err := kube.AppsV1().Deployments("default").Patch(ctx, "web", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"now"}}}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), p.Generation)
+	assert.Equal(t, "now", p.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"])
+	assert.NotEqual(t, d3.ResourceVersion, p.ResourceVersion)
+
+	// Dry-run writes store nothing.
+	dry := deployment("dry", 1)
+	_, err = kube.AppsV1().Deployments("default").Create(ctx, dry, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err)
+	_, err = kube.AppsV1().Deployments("default").Get(ctx, "dry", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err))
+	require.NoError(t, kube.AppsV1().Deployments("default").Delete(ctx, "web", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}))
+	_, err = kube.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+
+	// Creating with a resourceVersion is refused.
+	withRV := deployment("rv", 1)
+	withRV.ResourceVersion = "5"
+	_, err = kube.AppsV1().Deployments("default").Create(ctx, withRV, metav1.CreateOptions{})
+	assert.True(t, apierrors.IsBadRequest(err), "%v", err)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func readyPod(name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+}
+
+func TestEvictionRespectsPDB(t *testing.T) {
+	ctx := context.Background()
+	l := map[string]string{"app": "web"}
+	two := intstr.FromInt32(2)
+	budget := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: l}}}
+	kube, _ := calicotest.NewKube(readyPod("a", l), readyPod("b", l), readyPod("c", l), budget, readyPod("free", nil))
+	w := &calicotest.Workloads{Kube: kube}
+	require.NoError(t, w.Sync(ctx))
+	b, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), b.Status.DisruptionsAllowed)
+	assert.Equal(t, int32(3), b.Status.CurrentHealthy)
+
+	evict := func(name string, opts *metav1.DeleteOptions) error {
+		return kube.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, DeleteOptions: opts})
+	}
+	// Dry run: allowed, nothing changes.
+	require.NoError(t, evict("a", &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}))
+	_, err = kube.CoreV1().Pods("default").Get(ctx, "a", metav1.GetOptions{})
+	require.NoError(t, err)
+	// UID precondition.
+	wrong := types.UID("nope")
+	err = evict("a", &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &wrong}})
+	assert.True(t, apierrors.IsConflict(err), "%v", err)
+	// One disruption allowed: the first goes, the second is refused with 429 until the status catches up.
+	require.NoError(t, evict("a", nil))
+	err = evict("b", nil)
+	require.True(t, apierrors.IsTooManyRequests(err), "%v", err)
+	assert.Contains(t, err.Error(), "would violate the pod's disruption budget")
+	var se *apierrors.StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Contains(t, se.ErrStatus.Details.Causes[0].Message, "needs 2 healthy pods and has 3 currently")
+	require.NoError(t, w.Sync(ctx))
+	err = evict("b", nil)
+	assert.True(t, apierrors.IsTooManyRequests(err), "2 healthy, 2 needed: %v", err)
+	// A pod no budget selects goes at once; a missing pod is NotFound.
+	require.NoError(t, evict("free", nil))
+	assert.True(t, apierrors.IsNotFound(evict("free", nil)))
+
+	// Two budgets for one pod: the API server refuses.
+	other := budget.DeepCopy()
+	other.Name, other.UID, other.ResourceVersion = "web2", "", ""
+	_, err = kube.PolicyV1().PodDisruptionBudgets("default").Create(ctx, other, metav1.CreateOptions{})
+	require.NoError(t, err)
+	err = evict("c", nil)
+	assert.True(t, apierrors.IsInternalError(err), "%v", err)
+}
+
+func TestWorkloadsAndIPAM(t *testing.T) {
+	ctx := context.Background()
+	kube, _ := calicotest.NewKube(deployment("web", 3), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+	dyn, _ := calicotest.NewDynamic(pool("old", "10.233.64.0/18", false), pool("aaa-disabled", "10.1.0.0/16", true))
+	pools := calico.NewCRDStore(dyn)
+	ipam := &calicotest.IPAM{Kube: kube, Pools: pools, Dynamic: dyn, MarkReady: true}
+	w := &calicotest.Workloads{Kube: kube}
+	for i := 0; i < 6; i++ {
+		require.NoError(t, w.Sync(ctx))
+		require.NoError(t, ipam.Sync(ctx))
+	}
+	d, err := kube.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	done, msg, err := calico.DeploymentRolledOut(d)
+	require.NoError(t, err)
+	assert.True(t, done, msg)
+	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 3)
+	seen := map[string]bool{}
+	for _, p := range pods.Items {
+		require.Len(t, p.Status.PodIPs, 1)
+		ip := netip.MustParseAddr(p.Status.PodIP)
+		assert.True(t, netip.MustParsePrefix("10.233.64.0/18").Contains(ip), "disabled pools give nothing: %s", ip)
+		assert.False(t, seen[p.Status.PodIP], "duplicate %s", ip)
+		seen[p.Status.PodIP] = true
+		assert.Equal(t, corev1.PodRunning, p.Status.Phase)
+	}
+	r, err := calico.ReportBlocks(ctx, calico.NewCRDBlockSource(dyn), netip.MustParsePrefix("10.233.64.0/18"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, r.Allocated)
+	for _, b := range r.Blocks {
+		assert.Equal(t, 24, b.CIDR.Bits())
+		assert.NotEmpty(t, b.Node)
+	}
+	assert.NotEmpty(t, r.Affinities)
+
+	// A template change replaces every pod; the status follows kubectl's rules.
+	_, err = kube.AppsV1().Deployments("default").Patch(ctx, "web", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"x":"1"}}}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	d, err = kube.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	done, _, err = calico.DeploymentRolledOut(d)
+	require.NoError(t, err)
+	assert.False(t, done, "generation not observed yet")
+	for i := 0; i < 8; i++ {
+		require.NoError(t, w.Sync(ctx))
+		require.NoError(t, ipam.Sync(ctx))
+	}
+	d, err = kube.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	done, msg, err = calico.DeploymentRolledOut(d)
+	require.NoError(t, err)
+	assert.True(t, done, msg)
+	after, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, after.Items, 3)
+	for _, p := range after.Items {
+		for _, old := range pods.Items {
+			assert.NotEqual(t, old.UID, p.UID, "every pod replaced")
+		}
+	}
+	// Released addresses: the block holds only the new pods.
+	r, err = calico.ReportBlocks(ctx, calico.NewCRDBlockSource(dyn), netip.MustParsePrefix("10.233.64.0/18"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, r.Allocated)
+}
+
+func pool(name, c string, disabled bool) *unstructured.Unstructured {
+	spec := map[string]any{"cidr": c, "blockSize": int64(24)}
+	if disabled {
+		spec["disabled"] = true
+	}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+func TestIPAMRunWatches(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube, _ := calicotest.NewKube()
+	dyn, _ := calicotest.NewDynamic(pool("p", "10.20.0.0/16", false))
+	ipam := &calicotest.IPAM{Kube: kube, Pools: calico.NewCRDStore(dyn)}
+	errs := make(chan error, 10)
+	done := make(chan error, 1)
+	go func() { done <- ipam.Run(ctx, time.Hour, func(err error) { errs <- err }) }()
+	// Give the watch time to open, then create a pod: the watch event triggers the assignment.
+	require.Eventually(t, func() bool {
+		_, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err)
+	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, "p1", metav1.GetOptions{})
+		return err == nil && p.Status.PodIP == "10.20.0.0"
+	}, 10*time.Second, time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	assert.Empty(t, errs)
+}
+
+func TestBlockName(t *testing.T) {
+	assert.Equal(t, "10-233-64-0-26", calicotest.BlockName(netip.MustParsePrefix("10.233.64.0/26")))
+	assert.Equal(t, "fd00-20---122", calicotest.BlockName(netip.MustParsePrefix("fd00:20::/122")))
+}
