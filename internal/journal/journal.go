@@ -123,37 +123,53 @@ func (j *Journal) Keys(prefix string) ([]string, error) {
 	return keys, nil
 }
 
-// WriteFileAtomic writes data to path so that a crash leaves either the old
-// file or the complete new one: temporary file in the same directory, fsync,
-// rename, fsync of the directory. An existing file's mode is kept.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	if st, err := os.Stat(path); err == nil {
+// WriteFileAtomic writes data to path so that a reader (or a crash) sees
+// either the old file or the complete new one, never a partial one: a hidden
+// temporary file in the same directory (the kubelet ignores dot files in its
+// manifest directory) is written, given the mode and, where permitted, the
+// owner of the file it replaces (mode for a new file), synced and renamed
+// over path, and the directory is synced so the rename survives a crash.
+// path must be a regular file or not exist.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
+	st, err := os.Stat(path)
+	switch {
+	case err == nil:
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("writing %s: not a regular file", path)
+		}
 		mode = st.Mode().Perm()
+	case errors.Is(err, os.ErrNotExist):
+		st = nil
+	default:
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	cleanup := func() { tmp.Close(); os.Remove(tmp.Name()) }
-	if _, err := tmp.Write(data); err != nil {
-		cleanup()
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		cleanup()
+	if err = tmp.Chmod(mode); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		cleanup()
+	if st != nil {
+		keepOwner(tmp, st)
+	}
+	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", path, err)
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
+	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replacing %s: %w", path, err)
 	}
 	return syncDir(dir)

@@ -1,0 +1,123 @@
+package kubeadmcfg
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestUnifiedDiff(t *testing.T) {
+	a := "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n"
+	b := "1\n2\n3\n4\nfive\n6\n7\n8\n9\n10\n11\n12\n13\n"
+	want := `--- a
++++ b
+@@ -2,7 +2,7 @@
+ 2
+ 3
+ 4
+-5
++five
+ 6
+ 7
+ 8
+@@ -10,3 +10,4 @@
+ 10
+ 11
+ 12
++13
+`
+	assert.Equal(t, want, UnifiedDiff("a", "b", []byte(a), []byte(b)))
+	assert.Equal(t, "", UnifiedDiff("a", "b", []byte(a), []byte(a)))
+	assert.Equal(t, "--- a\n+++ b\n@@ -0,0 +1,1 @@\n+x\n\\ No newline at end of file\n", UnifiedDiff("a", "b", nil, []byte("x")))
+	assert.Equal(t, "--- a\n+++ b\n@@ -1,1 +1,1 @@\n-x\n+x\n\\ No newline at end of file\n", UnifiedDiff("a", "b", []byte("x\n"), []byte("x")))
+}
+
+func TestUnifiedDiffPatchesBack(t *testing.T) {
+	cases := [][2]string{
+		{"", "a\nb\n"},
+		{"a\nb\nc\n", ""},
+		{"a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n", "a\nB\nc\nd\ne\nf\ng\nh\nI\nj\nk\n"},
+		{"x\ny\n", "y\nx\n"},
+		{"same\n", "same\nmore\nlines\n"},
+	}
+	for _, version := range goldenVersions {
+		a := golden(t, version, "kube-controller-manager.yaml")
+		b := golden(t, version, "kube-controller-manager.yaml.edited")
+		cases = append(cases, [2]string{string(a), string(b)}, [2]string{string(b), string(a)})
+	}
+	for i, c := range cases {
+		d := UnifiedDiff("a", "b", []byte(c[0]), []byte(c[1]))
+		got, err := applyUnified(c[0], d)
+		require.NoError(t, err, "case %d:\n%s", i, d)
+		assert.Equal(t, c[1], got, "case %d", i)
+	}
+}
+
+var hunkRE = regexp.MustCompile(`^@@ -(\d+),(\d+) \+(\d+),(\d+) @@$`)
+
+// applyUnified is a minimal patch(1) for diffs of whole files with newline-terminated lines.
+func applyUnified(a, d string) (string, error) {
+	if d == "" {
+		return a, nil
+	}
+	src := splitKeep(a)
+	var out []string
+	pos := 0
+	lines := strings.Split(strings.TrimSuffix(d, "\n"), "\n")[2:]
+	for i := 0; i < len(lines); i++ {
+		m := hunkRE.FindStringSubmatch(lines[i])
+		if m == nil {
+			return "", fmt.Errorf("bad hunk header %q", lines[i])
+		}
+		start, _ := strconv.Atoi(m[1])
+		alen, _ := strconv.Atoi(m[2])
+		if alen > 0 {
+			start--
+		}
+		out = append(out, src[pos:start]...)
+		pos = start
+		for i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "@@") {
+			i++
+			l := lines[i]
+			noEOL := i+1 < len(lines) && lines[i+1] == `\ No newline at end of file`
+			text := l[1:] + "\n"
+			if noEOL {
+				text = l[1:]
+				i++
+			}
+			switch l[0] {
+			case ' ':
+				if pos >= len(src) || src[pos] != text {
+					return "", fmt.Errorf("context mismatch at %d: %q", pos, l)
+				}
+				out = append(out, text)
+				pos++
+			case '-':
+				if pos >= len(src) || src[pos] != text {
+					return "", fmt.Errorf("removal mismatch at %d: %q", pos, l)
+				}
+				pos++
+			case '+':
+				out = append(out, text)
+			}
+		}
+	}
+	out = append(out, src[pos:]...)
+	return strings.Join(out, ""), nil
+}
+
+func splitKeep(s string) []string {
+	if s == "" {
+		return nil
+	}
+	parts := strings.SplitAfter(s, "\n")
+	if parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	return parts
+}

@@ -1,0 +1,205 @@
+package kubeadmcfg
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	yaml "go.yaml.in/yaml/v3"
+)
+
+func TestYAMLEditInPlace(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		edit func(y *yamlStream) error
+		want string
+	}{
+		{
+			name: "scalar replaced, comments and order kept",
+			in:   "# head\nb: 1 # keep\nnet:\n  pod: 10.0.0.0/8   # pods\n  svc: x\na: 2\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"net", "pod"}, strNode("10.20.0.0/16")) },
+			want: "# head\nb: 1 # keep\nnet:\n  pod: 10.20.0.0/16   # pods\n  svc: x\na: 2\n",
+		},
+		{
+			name: "double quotes kept",
+			in:   "a: \"24\"\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("25")) },
+			want: "a: \"25\"\n",
+		},
+		{
+			name: "single quotes kept",
+			in:   "a: '10.0.0.0/8'\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("10.1.0.0/16")) },
+			want: "a: '10.1.0.0/16'\n",
+		},
+		{
+			name: "a value that needs quotes gets them",
+			in:   "a: x\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("true")) },
+			want: "a: \"true\"\n",
+		},
+		{
+			name: "new key in sorted position",
+			in:   "networking:\n  dnsDomain: cluster.local\n  serviceSubnet: 10.96.0.0/12\nscheduler: {}\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"networking", "podSubnet"}, strNode("10.244.0.0/16")) },
+			want: "networking:\n  dnsDomain: cluster.local\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12\nscheduler: {}\n",
+		},
+		{
+			name: "new key last, after nested content",
+			in:   "a:\n  b:\n  - x\n  - y\nc: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a", "z"}, strNode("v")) },
+			want: "a:\n  b:\n  - x\n  - y\n  z: v\nc: 1\n",
+		},
+		{
+			name: "empty flow mapping becomes a block",
+			in:   "controllerManager: {}\ndns: {}\n",
+			edit: func(y *yamlStream) error {
+				return y.set(ypath{"controllerManager", "extraArgs"}, seqNode(mapNode(strNode("name"), strNode("v"), strNode("value"), strNode("2"))))
+			},
+			want: "controllerManager:\n  extraArgs:\n  - name: v\n    value: \"2\"\ndns: {}\n",
+		},
+		{
+			name: "missing parents are created",
+			in:   "apiVersion: x\nkind: Y\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"networking", "podSubnet"}, strNode("10.0.0.0/8")) },
+			want: "apiVersion: x\nkind: Y\nnetworking:\n  podSubnet: 10.0.0.0/8\n",
+		},
+		{
+			name: "indentation of four spaces followed",
+			in:   "a:\n    b: 1\nc:\n    d: 2\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"c", "e", "f"}, strNode("3")) },
+			want: "a:\n    b: 1\nc:\n    d: 2\n    e:\n        f: \"3\"\n",
+		},
+		{
+			name: "implicit null gets a value",
+			in:   "a:\nb: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("x")) },
+			want: "a: x\nb: 1\n",
+		},
+		{
+			name: "list item by item",
+			in:   "clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"172.24.0.10"})) },
+			want: "clusterDNS:\n- 172.24.0.10 # dns\nclusterDomain: cluster.local\n",
+		},
+		{
+			name: "list grows",
+			in:   "clusterDNS:\n  - 10.96.0.10\nx: 1\n",
+			edit: func(y *yamlStream) error {
+				return y.set(ypath{"clusterDNS"}, strSeq([]string{"10.96.0.10", "fd00::a"}))
+			},
+			want: "clusterDNS:\n  - 10.96.0.10\n  - fd00::a\nx: 1\n",
+		},
+		{
+			name: "list shrinks",
+			in:   "clusterDNS:\n- 10.96.0.10\n- fd00::a\nx: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"10.1.0.10"})) },
+			want: "clusterDNS:\n- 10.1.0.10\nx: 1\n",
+		},
+		{
+			name: "flow list stays flow",
+			in:   "clusterDNS: [10.96.0.10]\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"10.1.0.10", "fd00::a"})) },
+			want: "clusterDNS: [10.1.0.10, fd00::a]\n",
+		},
+		{
+			name: "last key removed leaves {}",
+			in:   "apiServer:\n  extraArgs:\n  - name: a\n    value: b\nx: 1\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"apiServer", "extraArgs"}) },
+			want: "apiServer: {}\nx: 1\n",
+		},
+		{
+			name: "item inserted after a multi-line item",
+			in:   "l:\n- name: a\n  value: b\nz: 1\n",
+			edit: func(y *yamlStream) error {
+				return y.insertItem(ypath{"l"}, 1, mapNode(strNode("name"), strNode("c"), strNode("value"), strNode("d")))
+			},
+			want: "l:\n- name: a\n  value: b\n- name: c\n  value: d\nz: 1\n",
+		},
+		{
+			name: "CRLF line breaks kept",
+			in:   "a:\r\n  b: 1\r\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a", "c"}, strNode("2")) },
+			want: "a:\r\n  b: 1\r\n  c: \"2\"\r\n",
+		},
+		{
+			name: "no final line break",
+			in:   "a: 1",
+			edit: func(y *yamlStream) error { return y.set(ypath{"b"}, strNode("x")) },
+			want: "a: 1\nb: x",
+		},
+		{
+			name: "other documents untouched",
+			in:   "kind: A\nx: 1\n---\n# second\nkind: B\nx: 1\n",
+			edit: func(y *yamlStream) error { y.doc = 1; return y.set(ypath{"x"}, strNode("2")) },
+			want: "kind: A\nx: 1\n---\n# second\nkind: B\nx: \"2\"\n",
+		},
+		{
+			name: "block scalar after the insertion point is kept whole",
+			in:   "a:\n  b: |\n    text\n    # not a comment\nc: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a", "d"}, strNode("x")) },
+			want: "a:\n  b: |\n    text\n    # not a comment\n  d: x\nc: 1\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := &yamlStream{src: []byte(tt.in), what: "test"}
+			require.NoError(t, tt.edit(y))
+			assert.Equal(t, tt.want, string(y.src))
+		})
+	}
+}
+
+// When no in-place edit exists, a document that may be reformatted is
+// re-encoded with the same meaning; a manifest (reencode off) is refused.
+func TestYAMLEditFallback(t *testing.T) {
+	in := "a: {x: 1, y: 2}\n"
+	y := &yamlStream{src: []byte(in), reencode: true, what: "doc"}
+	require.NoError(t, y.set(ypath{"a", "z"}, strNode("3")))
+	got, err := parseDecode(y.src)
+	require.NoError(t, err)
+	assert.Equal(t, []any{map[string]any{"a": map[string]any{"x": 1, "y": 2, "z": "3"}}}, got)
+
+	y = &yamlStream{src: []byte(in), what: "manifest.yaml"}
+	err = y.set(ypath{"a", "z"}, strNode("3"))
+	require.ErrorIs(t, err, ErrUnsupportedLayout)
+	var fe *FieldError
+	require.True(t, errors.As(err, &fe))
+	assert.Equal(t, "manifest.yaml", fe.Source)
+	assert.Equal(t, "a.z", fe.Field)
+	assert.Equal(t, in, string(y.src), "a refused edit changes nothing")
+}
+
+func TestYAMLEditErrors(t *testing.T) {
+	y := &yamlStream{src: []byte("a: [1]\n"), reencode: true, what: "doc"}
+	err := y.set(ypath{"a", "b"}, strNode("x"))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "a is not a mapping")
+
+	y = &yamlStream{src: []byte("a: [1]\n"), reencode: true}
+	require.ErrorIs(t, y.del(ypath{"a", 5}), ErrInvalid)
+	require.ErrorIs(t, y.insertItem(ypath{"b"}, 0, strNode("x")), ErrInvalid)
+
+	_, err = parseStream([]byte("a: [1\n"))
+	require.Error(t, err)
+}
+
+func TestDetectStyle(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		step    int
+		compact bool
+	}{
+		{"a:\n  b: 1\nl:\n- x\n", 2, true},
+		{"a:\n    b: 1\nl:\n    - x\n", 4, false},
+		{"a: 1\n", 2, true},
+	} {
+		var n yaml.Node
+		require.NoError(t, yaml.Unmarshal([]byte(tt.in), &n))
+		step, compact := detectStyle(content(&n))
+		assert.Equal(t, tt.step, step, tt.in)
+		assert.Equal(t, tt.compact, compact, tt.in)
+	}
+}
