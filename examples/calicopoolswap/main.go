@@ -38,8 +38,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/calico"
-	"github.com/cidrshift/cidrshift/internal/cli"
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/cli"
 )
 
 func main() {

@@ -1,0 +1,585 @@
+// Command noderecreate gives Kubernetes Nodes new podCIDRs without losing
+// them: it plans the change, carries it out node by node (delete + create,
+// with a crash-safe journal), resumes a run that was killed, and verifies the
+// result. It is the reference use of package nodecidr.
+//
+//	# plan a rebase of every node (workers first, control plane last) and print it
+//	noderecreate --from 10.10.0.0/18 --to 10.20.0.0/16
+//	# carry it out; if killed, run the same command again to resume
+//	noderecreate --from 10.10.0.0/18 --to 10.20.0.0/16 --apply --cordon
+//	# give duplicated / missing / out-of-range podCIDRs fresh subnets
+//	noderecreate --fix --cluster-cidr 10.244.0.0/12 --node-mask 24 --apply
+//	# write a plan for review, apply it later
+//	noderecreate --allocate --cluster-cidr 10.20.0.0/16 --plan plan.yaml
+//	noderecreate --plan plan.yaml --apply
+//
+// Without --apply nothing changes; --dry-run=client prints each step,
+// --dry-run=server sends every write with dryRun=All. Exit status: 0 done,
+// 1 failure (including a stale plan or a failed verification), 2 bad input.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/cli"
+	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/nodecidr"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := (&app{connect: connect}).run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: it parses args and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	return (&app{connect: connect}).run(context.Background(), args, stdout, stderr)
+}
+
+// connect reads a kubeconfig the way kubectl does (--kubeconfig, KUBECONFIG,
+// ~/.kube/config, in-cluster) with an optional context.
+func connect(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+	cfg, err := cli.RESTConfig(kubeconfig, kubecontext)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "cidrshift-noderecreate"
+	return kubernetes.NewForConfig(cfg)
+}
+
+type app struct {
+	connect func(kubeconfig, kubecontext string) (kubernetes.Interface, error)
+}
+
+// usageError is bad input: exit status 2 with one line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func bad(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+type options struct {
+	kubeconfig, kubecontext string
+	from, to                string
+	fix, allocate           bool
+	clusterCIDR, nodeMask   string
+	serviceCIDR             string
+	selector, nodes         string
+	dryRun                  string
+	apply                   bool
+	journal, planFile       string
+	concurrency             int
+	rate                    float64
+	cordon, emptyStatus     bool
+	createGrace             time.Duration
+	deletePods              bool
+	restartCNI              string
+	output                  string
+	verbose                 int
+}
+
+func (a *app) run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err == nil {
+		err = a.execute(ctx, o, stdout, stderr)
+	}
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue), errors.Is(err, nodecidr.ErrInvalidOptions), errors.Is(err, nodecidr.ErrInvalidPlan):
+		fmt.Fprintln(stderr, "noderecreate:", oneLine(err))
+		return 2
+	default:
+		fmt.Fprintln(stderr, "noderecreate:", err)
+		return 1
+	}
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("noderecreate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&o.kubecontext, "context", "", "kubeconfig context to use")
+	fs.StringVar(&o.from, "from", "", "rebase: the old range(s), one per family, comma-separated")
+	fs.StringVar(&o.to, "to", "", "rebase: the new range(s), matched to --from by family")
+	fs.BoolVar(&o.fix, "fix", false, "give nodes with a missing, duplicated, overlapping or out-of-range podCIDR a free subnet of --cluster-cidr")
+	fs.BoolVar(&o.allocate, "allocate", false, "give every selected node not already in --cluster-cidr a fresh subnet of it")
+	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "--fix: the current --cluster-cidr (read from the cluster when omitted); --allocate: the target cluster CIDR(s)")
+	fs.StringVar(&o.nodeMask, "node-mask", "", "node subnet prefix length(s), one per cluster CIDR (default: 24 for IPv4, 64 for IPv6)")
+	fs.StringVar(&o.serviceCIDR, "service-cidr", "", "Service CIDR(s); subnets overlapping it are never handed out")
+	fs.StringVar(&o.selector, "select", "", "only nodes matching this label selector")
+	fs.StringVar(&o.nodes, "nodes", "", "only these nodes (comma-separated names)")
+	fs.StringVar(&o.dryRun, "dry-run", "", `"client" prints every step, "server" sends every write with dryRun=All; nothing changes`)
+	fs.BoolVar(&o.apply, "apply", false, "carry the plan out (without it the plan is only printed)")
+	fs.StringVar(&o.journal, "journal", "./noderecreate-journal", "journal directory: node backups and progress, used to resume")
+	fs.StringVar(&o.planFile, "plan", "", "plan file: written when planning, read with --apply")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "worker nodes moved at once (control-plane nodes always one at a time)")
+	fs.Float64Var(&o.rate, "rate", 5, "at most this many nodes started per second (0: no limit)")
+	fs.BoolVar(&o.cordon, "cordon", false, "cordon each node before it is recreated and uncordon it after")
+	fs.BoolVar(&o.emptyStatus, "empty-status", false, "create nodes with an empty status instead of the old one")
+	fs.DurationVar(&o.createGrace, "create-grace", nodecidr.DefaultCreateGrace, "after an interrupt, keep retrying the create of a node just deleted for this long")
+	fs.BoolVar(&o.deletePods, "delete-pods", false, "after each node, delete its pods (not hostNetwork, not static) so they get addresses from the new podCIDR")
+	fs.StringVar(&o.restartCNI, "restart-cni", "", "after each node, delete its CNI pod first: NAMESPACE/SELECTOR, e.g. kube-flannel/app=flannel")
+	fs.StringVar(&o.output, "o", "text", "output format: text, json or yaml")
+	fs.IntVar(&o.verbose, "v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, bad("unexpected argument %q", fs.Arg(0))
+	}
+	switch o.output {
+	case "text", "json", "yaml":
+	default:
+		return nil, bad("-o %q: want text, json or yaml", o.output)
+	}
+	switch o.dryRun {
+	case "", "none", "client", "server":
+	default:
+		return nil, bad("--dry-run=%q: want client or server", o.dryRun)
+	}
+	if o.dryRun == "none" {
+		o.dryRun = ""
+	}
+	if o.concurrency < 1 {
+		return nil, bad("--concurrency=%d: want 1 or more", o.concurrency)
+	}
+	if o.rate < 0 {
+		return nil, bad("--rate=%g: want 0 (no limit) or more", o.rate)
+	}
+	if o.journal == "" {
+		return nil, bad("--journal must not be empty")
+	}
+	modes := 0
+	if o.from != "" || o.to != "" {
+		modes++
+		if o.from == "" || o.to == "" {
+			return nil, bad("--from and --to go together")
+		}
+	}
+	if o.fix {
+		modes++
+	}
+	if o.allocate {
+		modes++
+	}
+	if modes > 1 {
+		return nil, bad("choose one of --from/--to, --fix and --allocate")
+	}
+	if o.restartCNI != "" && !strings.Contains(o.restartCNI, "/") {
+		return nil, bad("--restart-cni=%q: want NAMESPACE/SELECTOR, e.g. kube-flannel/app=flannel", o.restartCNI)
+	}
+	return o, nil
+}
+
+func (o *options) hasMode() bool { return o.from != "" || o.fix || o.allocate }
+
+// planKey identifies the command's intent: a rerun with the same key resumes.
+func (o *options) planKey() string {
+	return strings.Join([]string{"from=" + o.from, "to=" + o.to, fmt.Sprintf("fix=%t allocate=%t", o.fix, o.allocate),
+		"cluster-cidr=" + o.clusterCIDR, "node-mask=" + o.nodeMask, "service-cidr=" + o.serviceCIDR,
+		"select=" + o.selector, "nodes=" + o.nodes, "plan=" + o.planFile}, " ")
+}
+
+func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	log := logr.Discard()
+	if o.verbose > 0 {
+		log = funcr.New(func(prefix, args string) { fmt.Fprintln(stderr, prefix, args) }, funcr.Options{Verbosity: o.verbose})
+	}
+	ctx = logr.NewContext(ctx, log)
+	applying := o.apply || o.dryRun != ""
+	if !o.hasMode() && o.planFile == "" && !applying {
+		return bad("choose what to do: --from/--to (rebase), --fix or --allocate, or --plan FILE with --apply")
+	}
+
+	// A plan file given without a mode is read (to apply it), not written.
+	var filePlan *nodecidr.Plan
+	if o.planFile != "" && !o.hasMode() {
+		if !applying {
+			return bad("--plan %s without --from/--to, --fix or --allocate: add --apply to apply it, or a mode to write a new plan", o.planFile)
+		}
+		data, err := os.ReadFile(o.planFile)
+		if err != nil {
+			return bad("--plan: %v", err)
+		}
+		if filePlan, err = nodecidr.DecodePlan(data); err != nil {
+			return fmt.Errorf("--plan %s: %w", o.planFile, err)
+		}
+	}
+
+	// Rerunning the command of an unfinished run resumes it: the journal holds the plan.
+	var plan *nodecidr.Plan
+	resuming := false
+	if applying {
+		st, err := nodecidr.ReadJournal(o.journal)
+		if err != nil {
+			return err
+		}
+		if st != nil && !st.Finished {
+			switch {
+			case filePlan != nil && filePlan.ID() != st.PlanID:
+				return bad("journal %s holds the unfinished plan %s (%s); finish it by running that command again, or use another --journal", o.journal, st.PlanID, st.Note)
+			case filePlan == nil && o.hasMode() && st.Note != o.planKey():
+				return bad("journal %s holds an unfinished run of another command (%s); run that command again to finish it, or use another --journal", o.journal, st.Note)
+			}
+			plan, resuming = st.Plan, true
+			fmt.Fprintf(stderr, "resuming plan %s from journal %s (%d of %d nodes reached)\n", st.PlanID, o.journal, len(st.Phases), len(st.Plan.Steps))
+		}
+	}
+	if plan == nil {
+		plan = filePlan
+	}
+	if plan == nil && !o.hasMode() {
+		return bad("choose what to do: --from/--to (rebase), --fix or --allocate, or --plan FILE with --apply (journal %s holds no unfinished run)", o.journal)
+	}
+
+	client, err := a.connect(o.kubeconfig, o.kubecontext)
+	if err != nil {
+		return bad("kubeconfig: %v", err)
+	}
+	if plan == nil {
+		opts, err := planOptions(ctx, client, o, stderr)
+		if err != nil {
+			return err
+		}
+		if plan, err = nodecidr.MakePlan(ctx, client, opts); err != nil {
+			return err
+		}
+		if o.planFile != "" {
+			y, err := plan.YAML()
+			if err != nil {
+				return err
+			}
+			if err := journal.WriteFileAtomic(o.planFile, y, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "plan %s written to %s\n", plan.ID(), o.planFile)
+		}
+	}
+
+	out := struct {
+		Plan   *nodecidr.Plan         `json:"plan"`
+		Result *nodecidr.Result       `json:"result,omitempty"`
+		Verify *nodecidr.VerifyReport `json:"verify,omitempty"`
+	}{Plan: plan}
+	if o.output == "text" && !resuming {
+		printPlan(stdout, plan)
+	}
+	if !applying {
+		if o.output == "text" {
+			fmt.Fprintln(stdout, "\nNothing was changed. Run again with --apply to carry the plan out (or --dry-run=server to have the API server check every write).")
+		}
+		return emit(stdout, o.output, out)
+	}
+	if len(plan.Steps) == 0 {
+		if o.output == "text" {
+			fmt.Fprintln(stdout, "Nothing to do.")
+		}
+		return emit(stdout, o.output, out)
+	}
+
+	events := stdout
+	if o.output != "text" {
+		events = stderr
+	}
+	opts := nodecidr.ApplyOptions{
+		JournalDir:  o.journal,
+		DryRun:      nodecidr.DryRun(o.dryRun),
+		Concurrency: o.concurrency,
+		RateLimit:   o.rate,
+		Cordon:      o.cordon,
+		EmptyStatus: o.emptyStatus,
+		CreateGrace: o.createGrace,
+		Note:        o.planKey(),
+		OnEvent:     func(e nodecidr.Event) { printEvent(events, e) },
+	}
+	if o.restartCNI != "" {
+		ns, sel, _ := strings.Cut(o.restartCNI, "/")
+		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, nodecidr.DeletePodsOptions{Namespace: ns, LabelSelector: sel, IncludeHostNetwork: true}))
+	}
+	if o.deletePods {
+		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, nodecidr.DeletePodsOptions{}))
+	}
+	res, applyErr := nodecidr.Apply(ctx, client, plan, opts)
+	out.Result = res
+	if res != nil && o.output == "text" {
+		printResult(stdout, res)
+	}
+	if applyErr != nil {
+		_ = emit(stdout, o.output, out)
+		return applyErr
+	}
+	if o.dryRun == "" {
+		v, err := nodecidr.Verify(ctx, client, plan, nodecidr.VerifyOptions{JournalDir: o.journal})
+		if err != nil {
+			return err
+		}
+		out.Verify = v
+		if o.output == "text" {
+			printVerify(stdout, v)
+		}
+		if err := emit(stdout, o.output, out); err != nil {
+			return err
+		}
+		if !v.OK {
+			return errors.New("verification found problems")
+		}
+		return nil
+	}
+	return emit(stdout, o.output, out)
+}
+
+// planOptions turns the mode flags into nodecidr.PlanOptions.
+func planOptions(ctx context.Context, client kubernetes.Interface, o *options, stderr io.Writer) (nodecidr.PlanOptions, error) {
+	opts := nodecidr.PlanOptions{ListOptions: nodecidr.ListOptions{LabelSelector: o.selector}}
+	if o.nodes != "" {
+		for _, n := range strings.Split(o.nodes, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				opts.Names = append(opts.Names, n)
+			}
+		}
+	}
+	switch {
+	case o.from != "":
+		opts.Mode = nodecidr.ModeRebase
+		from, err := cidr.ParseList(o.from)
+		if err != nil {
+			return opts, bad("--from: %v", err)
+		}
+		to, err := cidr.ParseList(o.to)
+		if err != nil {
+			return opts, bad("--to: %v", err)
+		}
+		if len(from) != len(to) {
+			return opts, bad("--from has %d ranges but --to has %d; give one pair per family", len(from), len(to))
+		}
+		for _, f := range from {
+			i := slices.IndexFunc(to, func(t netip.Prefix) bool { return cidr.FamilyOf(t) == cidr.FamilyOf(f) })
+			if i < 0 {
+				return opts, bad("--from %s is %s but --to has no %s range", f, cidr.FamilyOf(f), cidr.FamilyOf(f))
+			}
+			opts.Rebase = append(opts.Rebase, nodecidr.RebasePair{From: f, To: to[i]})
+		}
+	case o.fix:
+		opts.Mode = nodecidr.ModeFix
+		text, mask := o.clusterCIDR, o.nodeMask
+		svc := o.serviceCIDR
+		if text == "" {
+			d, err := nodecidr.DiscoverControllerManagerFlags(ctx, client)
+			if err != nil {
+				return opts, bad("--cluster-cidr is required: %v", err)
+			}
+			fmt.Fprintf(stderr, "using kube-controller-manager's flags from %s: %s\n", d.Source, strings.Join(d.Flags.Args(), " "))
+			for _, w := range d.Warnings {
+				fmt.Fprintln(stderr, "warning:", w)
+			}
+			text = d.Flags.ClusterCIDR
+			if mask == "" {
+				mask = maskText(d.Flags)
+			}
+			if svc == "" {
+				svc = d.Flags.ServiceClusterIPRange
+			}
+		}
+		// The current layout is read the way kube-controller-manager reads it.
+		flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: text, ServiceClusterIPRange: svc}
+		if err := setMasks(&flags, text, mask); err != nil {
+			return opts, err
+		}
+		l, warnings, err := cidr.ParseControllerManagerFlags(flags)
+		if err != nil {
+			return opts, bad("--cluster-cidr %s: %v", text, oneLine(err))
+		}
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		opts.Layout = l
+	case o.allocate:
+		opts.Mode = nodecidr.ModeAllocate
+		if o.clusterCIDR == "" {
+			return opts, bad("--allocate needs --cluster-cidr: the target range(s)")
+		}
+		clusters, err := cidr.ParseList(o.clusterCIDR)
+		if err != nil {
+			return opts, bad("--cluster-cidr: %v", err)
+		}
+		masks, err := parseMasks(o.nodeMask, len(clusters))
+		if err != nil {
+			return opts, err
+		}
+		opts.Layout = cidr.NodeIPAMLayout{ClusterCIDRs: clusters, NodeMasks: masks}
+		if o.serviceCIDR != "" {
+			svc, err := cidr.ParseList(o.serviceCIDR)
+			if err != nil {
+				return opts, bad("--service-cidr: %v", err)
+			}
+			opts.Layout.ServiceCIDRs = svc
+		}
+	}
+	return opts, nil
+}
+
+func maskText(f cidr.ControllerManagerFlags) string {
+	switch {
+	case f.NodeCIDRMaskSize != 0:
+		return fmt.Sprint(f.NodeCIDRMaskSize)
+	case f.NodeCIDRMaskSizeIPv4 != 0 || f.NodeCIDRMaskSizeIPv6 != 0:
+		return fmt.Sprintf("%d,%d", f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6)
+	}
+	return ""
+}
+
+func parseMasks(text string, n int) ([]int, error) {
+	if text == "" {
+		return nil, nil
+	}
+	parts := strings.Split(text, ",")
+	if len(parts) != n {
+		return nil, bad("--node-mask %q: want %d value(s), one per cluster CIDR", text, n)
+	}
+	out := make([]int, n)
+	for i, p := range parts {
+		if _, err := fmt.Sscanf(strings.TrimSpace(p), "%d", &out[i]); err != nil || out[i] < 0 || out[i] > 128 {
+			return nil, bad("--node-mask %q: %q is not a prefix length", text, p)
+		}
+	}
+	return out, nil
+}
+
+// setMasks sets kube-controller-manager's mask flags from --node-mask.
+func setMasks(f *cidr.ControllerManagerFlags, clusters, mask string) error {
+	if mask == "" {
+		return nil
+	}
+	n := len(strings.Split(clusters, ","))
+	masks, err := parseMasks(mask, n)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		f.NodeCIDRMaskSize = masks[0]
+		return nil
+	}
+	for i, c := range strings.Split(clusters, ",") {
+		p, _, err := cidr.ParseLenient(c)
+		if err != nil {
+			return bad("--cluster-cidr %q: %v", clusters, err)
+		}
+		if cidr.FamilyOf(p) == cidr.IPv4 {
+			f.NodeCIDRMaskSizeIPv4 = masks[i]
+		} else {
+			f.NodeCIDRMaskSizeIPv6 = masks[i]
+		}
+	}
+	return nil
+}
+
+func emit(w io.Writer, format string, v any) error {
+	if format != "json" && format != "yaml" {
+		return nil
+	}
+	return cli.Write(w, format, v)
+}
+
+func printPlan(w io.Writer, p *nodecidr.Plan) {
+	fmt.Fprintf(w, "Plan %s (%s): %d node(s) to change, %d already fine\n", p.ID(), p.Mode, len(p.Steps), p.Unchanged)
+	if len(p.Steps) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NODE\tACTION\tOLD PODCIDRS\tNEW PODCIDRS\tWHY")
+		for _, s := range p.Steps {
+			name := s.Node
+			if s.ControlPlane {
+				name += " (control plane)"
+			}
+			old := strings.Join(s.OldPodCIDRs, ",")
+			if old == "" {
+				old = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, s.Action, old, strings.Join(s.NewPodCIDRs, ","), s.Reason)
+		}
+		tw.Flush()
+	}
+	for _, s := range p.Skipped {
+		fmt.Fprintf(w, "  skipped %s: %s\n", s.Node, s.Reason)
+	}
+	if cm := p.ControllerManager; cm != nil && cm.Layout != nil {
+		verdict := "would start"
+		if !cm.WouldStart {
+			verdict = "would NOT start"
+		}
+		fmt.Fprintf(w, "kube-controller-manager with the target cluster CIDR %s %s once this plan is applied\n", joinPrefixes(cm.Layout.ClusterCIDRs), verdict)
+	}
+	for _, warn := range p.Warnings {
+		fmt.Fprintln(w, "WARNING:", warn)
+	}
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func printEvent(w io.Writer, e nodecidr.Event) {
+	line := fmt.Sprintf("%s  %s", e.Time.Format(time.TimeOnly), e.String())
+	if e.Gap > 0 {
+		line += fmt.Sprintf(" (absent %s)", e.Gap.Round(time.Millisecond))
+	}
+	fmt.Fprintln(w, line)
+}
+
+func printResult(w io.Writer, r *nodecidr.Result) {
+	verb := "changed"
+	if r.DryRun != "" {
+		verb = "would change (" + string(r.DryRun) + " dry run)"
+	}
+	fmt.Fprintf(w, "\n%d node(s) %s, %d already done", len(r.Changed), verb, len(r.AlreadyDone))
+	if r.Gaps.Count > 0 {
+		fmt.Fprintf(w, "; delete->create gap p50 %s, p99 %s, max %s (pod GC waits %s)",
+			r.Gaps.P50.Round(time.Millisecond), r.Gaps.P99.Round(time.Millisecond), r.Gaps.Max.Round(time.Millisecond), nodecidr.PodGCQuarantine)
+	}
+	fmt.Fprintln(w)
+}
+
+func printVerify(w io.Writer, v *nodecidr.VerifyReport) {
+	if v.OK {
+		fmt.Fprintf(w, "Verified: %d node(s) have their planned podCIDRs and their metadata; no podCIDR is shared.\n", v.Checked)
+	} else {
+		fmt.Fprintln(w, "Verification found problems:")
+	}
+	for _, f := range v.Findings {
+		fmt.Fprintf(w, "  %s %s: %s\n", f.Severity, f.Kind, f.Message)
+	}
+}

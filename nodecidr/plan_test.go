@@ -1,0 +1,230 @@
+package nodecidr
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/cidrshift/cidrshift/cidr"
+)
+
+func derefs(ns ...*corev1.Node) []corev1.Node {
+	out := make([]corev1.Node, len(ns))
+	for i, n := range ns {
+		out[i] = *n
+	}
+	return out
+}
+
+func stepsOf(p *Plan) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range p.Steps {
+		out[s.Node] = s.NewPodCIDRs
+	}
+	return out
+}
+
+func order(p *Plan) []string {
+	var out []string
+	for _, s := range p.Steps {
+		out = append(out, s.Node)
+	}
+	return out
+}
+
+func rebase(from, to string) RebasePair {
+	return RebasePair{From: cidr.MustParse(from), To: cidr.MustParse(to)}
+}
+
+// The first story: workers and the control plane move from 10.10.0.0/18 to
+// 10.20.0.0/16 keeping their offsets; leaving the control plane out is what
+// crash-looped kube-controller-manager, and the plan says so.
+func TestPlanRebase(t *testing.T) {
+	nodes := derefs(
+		node("master1", cidrs("10.10.0.0/24"), cp),
+		node("w2", cidrs("10.10.2.0/24")),
+		node("w1", cidrs("10.10.1.0/24")),
+		node("empty", nil),
+	)
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"w1", "w2", "master1"}, order(p), "workers by name, control plane last")
+	assert.Equal(t, map[string][]string{"w1": {"10.20.1.0/24"}, "w2": {"10.20.2.0/24"}, "master1": {"10.20.0.0/24"}}, stepsOf(p))
+	s := p.Step("w1")
+	assert.Equal(t, ActionRecreate, s.Action)
+	assert.Equal(t, []string{"10.10.1.0/24"}, s.OldPodCIDRs)
+	assert.EqualValues(t, "uid-w1", s.UID)
+	assert.NotEmpty(t, s.ResourceVersion)
+	assert.True(t, p.Step("master1").ControlPlane)
+	assert.Equal(t, []Skip{{Node: "empty", Reason: "no podCIDR to rebase"}}, p.Skipped)
+	require.NotNil(t, p.ControllerManager)
+	assert.True(t, p.ControllerManager.WouldStart)
+
+	workersOnly, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Names: []string{"w1", "w2"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	assert.False(t, workersOnly.ControllerManager.WouldStart)
+	require.Len(t, workersOnly.Warnings, 1)
+	assert.Contains(t, workersOnly.Warnings[0], "crash-loop on node master1")
+	assert.Contains(t, workersOnly.Warnings[0], "cidr 10.10.0.0/24 is out the range of cluster cidr 10.20.0.0/16")
+
+	// Planning again after the move is a no-op.
+	moved := derefs(node("master1", cidrs("10.20.0.0/24"), cp), node("w1", cidrs("10.20.1.0/24")))
+	again, err := PlanNodes(moved, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	assert.Empty(t, again.Steps)
+	assert.Equal(t, 2, again.Unchanged)
+}
+
+func TestPlanRebaseDualStack(t *testing.T) {
+	nodes := derefs(node("a", cidrs("10.10.1.0/24", "fd00:10:0:1::/64")), node("b", cidrs("10.10.2.0/24", "fd00:10:0:2::/64")))
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{
+		rebase("fd00:10::/56", "fd00:20::/56"), rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{"a": {"10.20.1.0/24", "fd00:20:0:1::/64"}, "b": {"10.20.2.0/24", "fd00:20:0:2::/64"}}, stepsOf(p))
+
+	v6only, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("fd00:10::/56", "fd00:30::/56")}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"10.10.1.0/24", "fd00:30:0:1::/64"}, v6only.Step("a").NewPodCIDRs)
+}
+
+func TestPlanRebaseErrors(t *testing.T) {
+	nodes := derefs(node("a", cidrs("10.10.1.0/24")), node("stray", cidrs("192.168.0.0/24")), node("keep", cidrs("10.20.5.0/24")))
+	tests := []struct {
+		name  string
+		nodes []corev1.Node
+		opts  PlanOptions
+		is    error
+		msg   string
+	}{
+		{"outside from", nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}}, ErrPlan, "192.168.0.0/24 is neither inside from 10.10.0.0/18"},
+		{"to too small", nodes[:1], PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/24")}}, ErrPlan, "holds only 256 addresses"},
+		{"collision with a node that stays", derefs(node("a", cidrs("10.10.5.0/24")), node("keep", cidrs("10.20.5.0/24"))),
+			PlanOptions{Mode: ModeRebase, Names: []string{"a"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}}, ErrPlan, "podCIDR 10.20.5.0/24 is shared by"},
+		{"family mismatch", nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "fd00::/48")}}, ErrInvalidOptions, "is IPv4"},
+		{"host bits", nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{{From: netip.MustParsePrefix("10.10.0.1/18"), To: cidr.MustParse("10.20.0.0/16")}}}, ErrInvalidOptions, "host bits"},
+		{"unknown name", nodes, PlanOptions{Mode: ModeRebase, Names: []string{"nope"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}}, ErrInvalidOptions, "no node named nope"},
+		{"bad selector", nodes, PlanOptions{Mode: ModeRebase, ListOptions: ListOptions{LabelSelector: "a in (b"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}}, ErrInvalidOptions, "label selector"},
+		{"no mode", nodes, PlanOptions{}, ErrInvalidOptions, "mode"},
+		{"fix without layout", nodes, PlanOptions{Mode: ModeFix}, ErrInvalidOptions, "clusterCIDRs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := PlanNodes(tc.nodes, tc.opts)
+			require.ErrorIs(t, err, tc.is)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+// The second story: duplicates and nodes without podCIDR; the node holding a
+// subnet longest keeps it, the others get the lowest free subnets, and nodes
+// without a podCIDR get theirs by a patch.
+func TestPlanFix(t *testing.T) {
+	nodes := derefs(
+		node("old", cidrs("10.240.0.0/24"), age(1)),
+		node("new", cidrs("10.240.0.0/24"), age(50)),
+		node("newer", cidrs("10.240.0.0/24"), age(60)),
+		node("fine", cidrs("10.240.2.0/24")),
+		node("none", nil),
+		node("outside", cidrs("10.10.0.0/24"), cp),
+		node("wrongmask", cidrs("10.240.8.0/25")),
+	)
+	l := layout(t, "10.240.0.0/12", 24)
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"new", "newer", "none", "outside"}, order(p))
+	assert.Equal(t, map[string][]string{
+		"new": {"10.240.1.0/24"}, "newer": {"10.240.3.0/24"}, "none": {"10.240.4.0/24"}, "outside": {"10.240.5.0/24"},
+	}, stepsOf(p))
+	assert.Equal(t, ActionPatch, p.Step("none").Action)
+	assert.Equal(t, ActionRecreate, p.Step("new").Action)
+	assert.Contains(t, p.Step("new").Reason, "shared with old")
+	assert.Equal(t, 3, p.Unchanged)
+	assert.True(t, p.ControllerManager.WouldStart)
+
+	// Allocate is stricter: the /25 moves to the layout's /24 too.
+	a, err := PlanNodes(nodes, PlanOptions{Mode: ModeAllocate, Layout: l})
+	require.NoError(t, err)
+	assert.Contains(t, stepsOf(a), "wrongmask")
+
+	// After applying, a new fix plan has nothing to do.
+	after := make([]corev1.Node, len(nodes))
+	for i, n := range nodes {
+		after[i] = *n.DeepCopy()
+		if st := p.Step(n.Name); st != nil {
+			after[i].Spec.PodCIDR, after[i].Spec.PodCIDRs = st.NewPodCIDRs[0], st.NewPodCIDRs
+		}
+	}
+	again, err := PlanNodes(after, PlanOptions{Mode: ModeFix, Layout: l})
+	require.NoError(t, err)
+	assert.Empty(t, again.Steps)
+}
+
+func TestPlanAllocate(t *testing.T) {
+	nodes := derefs(node("a", cidrs("10.233.64.0/24")), node("b", cidrs("10.233.65.0/24")), node("c", cidrs("10.20.0.0/24")))
+	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeAllocate, Layout: l})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{
+		"a": {"10.20.1.0/24", "fd00:20::/64"},
+		"b": {"10.20.2.0/24", "fd00:20:0:1::/64"},
+		"c": {"10.20.0.0/24", "fd00:20:0:2::/64"},
+	}, stepsOf(p), "c keeps its in-range subnet and gains an IPv6 one")
+
+	full := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/23")}, NodeMasks: []int{24}}
+	_, err = PlanNodes(nodes, PlanOptions{Mode: ModeAllocate, Layout: full})
+	require.ErrorIs(t, err, ErrPlan)
+	require.ErrorIs(t, err, cidr.ErrFull)
+}
+
+func TestPlanSerialisation(t *testing.T) {
+	nodes := derefs(node("w1", cidrs("10.10.1.0/24")), node("w2", cidrs("10.10.2.0/24")))
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	y, err := p.YAML()
+	require.NoError(t, err)
+	assert.Contains(t, string(y), "apiVersion: cidrshift.io/v1alpha1")
+	assert.Contains(t, string(y), "from: 10.10.0.0/18")
+	back, err := DecodePlan(y)
+	require.NoError(t, err)
+	assert.Equal(t, p.ID(), back.ID())
+	assert.Equal(t, p.Steps, back.Steps)
+	j, err := json.Marshal(p)
+	require.NoError(t, err)
+	back, err = DecodePlan(j)
+	require.NoError(t, err)
+	assert.Equal(t, p.ID(), back.ID())
+
+	bad := []struct{ name, edit, msg string }{
+		{"unknown field", "steps:\n- node: x\n  bogus: 1\n", "unknown field"},
+		{"kind", "apiVersion: v1\nkind: Node\nmode: fix\n", "want apiVersion cidrshift.io/v1alpha1"},
+		{"host bits", "apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: a, uid: u, action: recreate, oldPodCIDRs: [10.0.0.0/24], newPodCIDRs: [10.1.0.1/24]}\n", "host bits"},
+		{"patch with old", "apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: a, uid: u, action: patch, oldPodCIDRs: [10.0.0.0/24], newPodCIDRs: [10.1.0.0/24]}\n", "only allows setting podCIDRs that are empty"},
+		{"overlap", "apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: a, uid: u, action: patch, newPodCIDRs: [10.1.0.0/24]}\n- {node: b, uid: v, action: patch, newPodCIDRs: [10.1.0.0/16]}\n", "overlapping"},
+		{"duplicate node", "apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: a, uid: u, action: patch, newPodCIDRs: [10.1.0.0/24]}\n- {node: a, uid: u, action: patch, newPodCIDRs: [10.2.0.0/24]}\n", "twice"},
+		{"no uid", "apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: a, action: patch, newPodCIDRs: [10.1.0.0/24]}\n", "uid is empty"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodePlan([]byte(tc.edit))
+			require.True(t, errors.Is(err, ErrInvalidPlan), "%v", err)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}
+
+// A dual-stack node with its families in the wrong order crashes
+// kube-controller-manager; fix keeps both subnets and puts them in order.
+func TestPlanFixFamilyOrder(t *testing.T) {
+	nodes := derefs(node("a", cidrs("fd00:10::/64", "10.244.1.0/24")), node("b", cidrs("10.244.2.0/24", "fd00:10:0:1::/64")))
+	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.244.0.0/16"), cidr.MustParse("fd00:10::/56")}, NodeMasks: []int{24, 64}}
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{"a": {"10.244.1.0/24", "fd00:10::/64"}}, stepsOf(p))
+	assert.Contains(t, p.Step("a").Reason, "must be podCIDRs[0]")
+}

@@ -1,0 +1,58 @@
+package nodecidr
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cidrshift/cidrshift/cidr"
+)
+
+func TestVerifyFindsProblems(t *testing.T) {
+	ctx := ctxT(t)
+	c, s := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	dir := t.TempDir()
+	_, err := Apply(ctx, c, p, ApplyOptions{JournalDir: dir, Cordon: true, Retry: fastRetry()})
+	require.NoError(t, err)
+
+	// Someone strips a label from w1, changes an annotation on w3, deletes
+	// master1, and a new node takes w2's subnet.
+	_, err = c.CoreV1().Nodes().Patch(ctx, "w1", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	_, err = c.CoreV1().Nodes().Patch(ctx, "w3", types.MergePatchType, []byte(`{"metadata":{"annotations":{"note":"edited"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.CoreV1().Nodes().Delete(ctx, "master1", metav1.DeleteOptions{}))
+	s.AddNode(node("intruder", cidrs("10.20.2.0/24")))
+
+	v, err := Verify(ctx, c, p, VerifyOptions{JournalDir: dir})
+	require.NoError(t, err)
+	assert.False(t, v.OK)
+	got := map[FindingKind][]string{}
+	sev := map[string]cidr.Severity{}
+	for _, f := range v.Findings {
+		got[f.Kind] = append(got[f.Kind], f.Nodes...)
+		sev[f.Nodes[0]+"/"+string(f.Kind)] = f.Severity
+	}
+	assert.ElementsMatch(t, []string{"w1", "w3"}, got[FindingMetadataChanged])
+	assert.Equal(t, []string{"master1"}, got[FindingNodeMissing])
+	assert.ElementsMatch(t, []string{"w2", "intruder"}, got[FindingDuplicate])
+	assert.Equal(t, cidr.SeverityError, sev["w1/"+string(FindingMetadataChanged)])
+	assert.Equal(t, cidr.SeverityWarning, sev["w3/"+string(FindingMetadataChanged)])
+
+	// Without a journal only podCIDRs and duplicates are checked.
+	v, err = Verify(ctx, c, p, VerifyOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, v.Findings, FindingMetadataChanged)
+
+	// Before the plan is applied everything is "not applied".
+	c2, _ := newCluster(storyOne()...)
+	v, err = Verify(ctx, c2, rebasePlan(t, c2), VerifyOptions{})
+	require.NoError(t, err)
+	assert.False(t, v.OK)
+	assert.Len(t, v.Findings, 4)
+	assert.Equal(t, FindingNotApplied, v.Findings[0].Kind)
+}
