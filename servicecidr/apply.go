@@ -214,28 +214,7 @@ func (c *Client) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Result
 	if opts.DryRun == DryRunNone && opts.JournalDir == "" {
 		return nil, &FieldError{Field: "--journal", Reason: "a journal directory is required to apply: each Service is recorded there before it is deleted, so a crash loses nothing", Err: ErrInvalid}
 	}
-	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
-	}
-	if opts.QPS <= 0 {
-		opts.QPS = 10
-	}
-	if opts.Burst <= 0 {
-		opts.Burst = 10
-	}
-	if opts.ReadyTimeout <= 0 {
-		opts.ReadyTimeout = 2 * time.Minute
-	}
-	if opts.RetryTimeout <= 0 {
-		opts.RetryTimeout = time.Minute
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = time.Second
-	}
-	a := &applier{c: c, p: p, o: opts, log: logr.FromContextOrDiscard(ctx),
-		limiter:   flowcontrol.NewTokenBucketRateLimiter(opts.QPS, opts.Burst),
-		res:       &Result{DryRun: opts.DryRun, Moved: []Moved{}},
-		recovered: map[string]bool{}}
+	a := newApplier(ctx, c, p, opts)
 	defer a.summarise() // a.res is returned, also on error
 	if p.ServiceCIDRAPI != "" && p.ServiceCIDRAPI != c.version {
 		a.warn(fmt.Sprintf("the plan was made against ServiceCIDR %s, the cluster now serves %s", p.ServiceCIDRAPI, c.version))
@@ -345,6 +324,65 @@ func (a *applier) checks() []access.Check {
 		out = append(out, access.Check{Verb: "delete", Resource: "services", Namespace: a.p.Kubernetes.Namespace, Name: a.p.Kubernetes.Name})
 	}
 	return out
+}
+
+// newApplier fills in the defaults of opts.
+func newApplier(ctx context.Context, c *Client, p *Plan, opts ApplyOptions) *applier {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.QPS <= 0 {
+		opts.QPS = 10
+	}
+	if opts.Burst <= 0 {
+		opts.Burst = 10
+	}
+	if opts.ReadyTimeout <= 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	if opts.RetryTimeout <= 0 {
+		opts.RetryTimeout = time.Minute
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	return &applier{c: c, p: p, o: opts, log: logr.FromContextOrDiscard(ctx),
+		limiter:   flowcontrol.NewTokenBucketRateLimiter(opts.QPS, opts.Burst),
+		res:       &Result{DryRun: opts.DryRun, Moved: []Moved{}},
+		recovered: map[string]bool{}}
+}
+
+// Recover finishes, from the journal in opts.JournalDir, every Service an
+// interrupted Apply left deleted but not yet recreated, and does nothing
+// else. Call it before planning again after a crash: a new plan made while
+// such a Service is absent would not know its journaled address and could
+// hand that address to another Service. Apply recovers the same way on its
+// own, so a caller that re-applies a saved plan need not call it.
+func (c *Client) Recover(ctx context.Context, opts ApplyOptions) (*Result, error) {
+	if opts.JournalDir == "" {
+		return nil, &FieldError{Field: "--journal", Reason: "Recover needs the journal directory of the interrupted run", Err: ErrInvalid}
+	}
+	if opts.DryRun != DryRunNone {
+		return &Result{DryRun: opts.DryRun, Moved: []Moved{}}, nil
+	}
+	a := newApplier(ctx, c, &Plan{}, opts) // recovery needs only the journal's records
+	defer a.summarise()
+	j, err := journal.Open(opts.JournalDir)
+	if err != nil {
+		return nil, fmt.Errorf("opening journal: %w", err)
+	}
+	defer j.Close()
+	a.j = j
+	keys, err := j.Keys("service/")
+	if err != nil || len(keys) == 0 {
+		return a.res, err
+	}
+	if err := access.Preflight(ctx, c.kube, []access.Check{
+		{Verb: "get", Resource: "services"}, {Verb: "create", Resource: "services"},
+	}); err != nil {
+		return nil, err
+	}
+	return a.res, a.recoverJournal(ctx)
 }
 
 // recoverJournal finishes every Service an interrupted run left pending,

@@ -539,3 +539,44 @@ func TestApplyDeleteOldAgainAfterKubeAPIServerRecreatedIt(t *testing.T) {
 	require.Len(t, res.Old, 1)
 	assert.Contains(t, res.Old[0].Summary, "is gone")
 }
+
+// TestRecoverBeforeReplanning: after a crash that left kube-dns deleted, a
+// new plan made without recovering first would not see kube-dns at all;
+// Recover brings it back at its journaled address, so the new plan keeps it.
+func TestRecoverBeforeReplanning(t *testing.T) {
+	o := story3Options("v1")
+	cl := servicecidrtest.MustNew(o)
+	c := connect(t, cl)
+	p, err := c.Plan(context.Background(), story3PlanOptions())
+	require.NoError(t, err)
+	cl.FailServiceCreate(func(*corev1.Service) error {
+		return apierrors.NewInternalError(errors.New("failed to allocate a serviceIP: the provided network does not match the current range"))
+	})
+	dir := t.TempDir()
+	_, err = c.Apply(context.Background(), p, fastApply(dir))
+	require.ErrorIs(t, err, servicecidr.ErrServiceLost)
+	_, ok := cl.Service("kube-system", "kube-dns")
+	require.False(t, ok, "the crash left kube-dns deleted")
+	cl.FailServiceCreate(nil)
+
+	_, err = c.Recover(context.Background(), servicecidr.ApplyOptions{})
+	assert.ErrorContains(t, err, "Recover needs the journal directory")
+	res, err := c.Recover(context.Background(), fastApply(dir))
+	require.NoError(t, err)
+	require.Len(t, res.Moved, 1)
+	dns, ok := cl.Service("kube-system", "kube-dns")
+	require.True(t, ok, "Recover recreates kube-dns from the journal")
+	assert.Equal(t, []string{"172.24.0.10"}, dns.Spec.ClusterIPs)
+
+	again, err := c.Plan(context.Background(), story3PlanOptions())
+	require.NoError(t, err)
+	for _, m := range again.Moves {
+		for _, ip := range m.NewIPs {
+			assert.NotEqual(t, "172.24.0.10", ip.String(), "the new plan must not reuse kube-dns's address for %s", m.Key())
+		}
+	}
+	_, err = c.Apply(context.Background(), again, fastApply(dir))
+	require.NoError(t, err)
+	dns, _ = cl.Service("kube-system", "kube-dns")
+	assert.Equal(t, []string{"172.24.0.10"}, dns.Spec.ClusterIPs, "kube-dns keeps its tenth address")
+}

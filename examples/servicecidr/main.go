@@ -536,13 +536,19 @@ func (a *app) apply(args []string) error {
 	if err != nil {
 		return err
 	}
+	ao := servicecidr.ApplyOptions{JournalDir: journalDir, DryRun: mode, DeleteOld: deleteOld, DeleteKubernetesService: deleteKube,
+		DrainTimeout: drain, Concurrency: concurrency, QPS: float32(qps), Burst: max(1, int(qps))}
 	if p == nil {
+		// A Service an interrupted run left deleted must be back, at its
+		// journaled address, before planning again: otherwise the new plan
+		// would not see it and could give that address to another Service.
+		if _, err := c.Recover(a.ctx, ao); err != nil {
+			return err
+		}
 		if p, err = c.Plan(a.ctx, o); err != nil {
 			return err
 		}
 	}
-	ao := servicecidr.ApplyOptions{JournalDir: journalDir, DryRun: mode, DeleteOld: deleteOld, DeleteKubernetesService: deleteKube,
-		DrainTimeout: drain, Concurrency: concurrency, QPS: float32(qps), Burst: max(1, int(qps))}
 	if a.output == "" {
 		ao.Progress = func(e servicecidr.Event) {
 			fmt.Fprintln(a.stderr, eventLine(e))

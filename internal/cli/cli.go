@@ -94,7 +94,10 @@ func sortedKeys(m map[string]any) []string {
 
 // RESTConfig loads a client configuration the way kubectl does: an explicit
 // kubeconfig path, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
-// configuration; context selects a kubeconfig context.
+// configuration; context selects a kubeconfig context. Client-side
+// throttling is raised from client-go's 5 QPS to 50 (burst 100): a Service or
+// Node that is deleted and recreated must not wait on the client's own rate
+// limiter between the two calls; each program paces its work itself.
 func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
@@ -104,6 +107,9 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
 	}
 	return cfg, nil
 }

@@ -55,6 +55,8 @@ current-context: one
 	cfg, err := RESTConfig(path, "")
 	require.NoError(t, err)
 	assert.Equal(t, "https://127.0.0.1:6443", cfg.Host)
+	assert.Equal(t, float32(50), cfg.QPS, "client-side throttling must not stretch delete-to-create gaps")
+	assert.Equal(t, 100, cfg.Burst)
 	cfg, err = RESTConfig(path, "two")
 	require.NoError(t, err)
 	assert.Equal(t, "https://127.0.0.2:6443", cfg.Host)
