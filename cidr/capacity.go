@@ -170,6 +170,10 @@ type ServiceRangeOptions struct {
 	// with more than 20 host bits; from 1.34 it does not. Zero means "unknown"
 	// and applies the stricter, older rule.
 	KubernetesMinor int
+	// Object says the range is a ServiceCIDR object's spec.cidrs rather than
+	// the --service-cluster-ip-range flag: the 20-host-bit limit is a flag
+	// rule and does not apply to objects.
+	Object bool
 }
 
 // ServiceCapacity is the capacity of one Service CIDR.
@@ -213,7 +217,7 @@ func ComputeServiceCapacity(p netip.Prefix, opts ServiceRangeOptions) (ServiceCa
 	if ip, err := NthAddr(p.Masked(), DNSServiceIndex); err == nil && big.NewInt(DNSServiceIndex).Cmp(sc.UsableIPs) <= 0 {
 		sc.DNSIP = ip
 	}
-	if (opts.KubernetesMinor == 0 || opts.KubernetesMinor <= 33) && host > MaxServiceHostBits {
+	if !opts.Object && (opts.KubernetesMinor == 0 || opts.KubernetesMinor <= 33) && host > MaxServiceHostBits {
 		errs = append(errs, &RuleError{Component: KubeAPIServer, Field: "--service-cluster-ip-range", Value: p.String(),
 			Reason: fmt.Sprintf("specified --service-cluster-ip-range is too large; for %d-bit addresses, the mask must be >= %d (Kubernetes 1.33 and older)", fam.AddrBits(), fam.AddrBits()-MaxServiceHostBits)})
 	}

@@ -131,6 +131,8 @@ func TestServiceCapacity(t *testing.T) {
 	assert.Contains(t, err.Error(), "kube-apiserver would refuse --service-cluster-ip-range=100.64.0.0/11: specified --service-cluster-ip-range is too large; for 32-bit addresses, the mask must be >= 12")
 	_, err = ComputeServiceCapacity(MustParse("100.64.0.0/11"), ServiceRangeOptions{KubernetesMinor: 34})
 	assert.NoError(t, err)
+	_, err = ComputeServiceCapacity(MustParse("100.64.0.0/11"), ServiceRangeOptions{KubernetesMinor: 30, Object: true})
+	assert.NoError(t, err, "a ServiceCIDR object is not bound by the flag's 20-bit limit")
 
 	_, err = ComputeServiceCapacity(MustParse("fd00::/48"), ServiceRangeOptions{KubernetesMinor: 36})
 	assert.ErrorIs(t, err, ErrRule)

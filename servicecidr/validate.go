@@ -147,12 +147,8 @@ func Validate(cidrs []netip.Prefix, opts ValidateOptions) (Validation, error) {
 		errs = append(errs, e)
 		v.Errors = append(v.Errors, e.Error())
 	}
-	minor := opts.KubernetesMinor
-	if !opts.ForFlag && (minor == 0 || minor < 34) {
-		minor = 34 // the 20-host-bit limit is a flag rule only
-	}
 	for _, p := range cidrs {
-		capa, err := cidr.ComputeServiceCapacity(p, cidr.ServiceRangeOptions{KubernetesMinor: minor})
+		capa, err := cidr.ComputeServiceCapacity(p, cidr.ServiceRangeOptions{KubernetesMinor: opts.KubernetesMinor, Object: !opts.ForFlag})
 		v.Capacity = append(v.Capacity, capa)
 		if capa.UsableIPs != nil {
 			v.byFamily[cidr.FamilyOf(p)] = capa.UsableIPs
