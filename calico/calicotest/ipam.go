@@ -150,7 +150,7 @@ func (m *IPAM) Sync(ctx context.Context) error {
 	}
 	for i := range pods {
 		p := &pods[i]
-		if !live(p) || len(podIPs(p)) > 0 {
+		if !live(p) || p.Spec.NodeName == "" || len(podIPs(p)) > 0 { // calico-ipam runs in the CNI, on the node the pod is bound to
 			continue
 		}
 		var ips []netip.Addr

@@ -297,6 +297,12 @@ func planOrApply(ctx context.Context, cmd string, o options, stdout, stderr io.W
 	}
 	if plan == nil {
 		if plan, err = calico.Plan(ctx, cl, req); err != nil {
+			if cmd == "apply" && errors.Is(err, calico.ErrPoolNotFound) && swapDone(ctx, cl, req) {
+				// A finished swap (or one killed after the old pool's delete):
+				// the old pool is gone and the new one is in place.
+				fmt.Fprintf(stdout, "Nothing to do: pool %s is gone and pool %s (%s) is in place; the swap is complete.\n", req.OldPool, req.NewName, req.NewCIDR)
+				return 0, nil
+			}
 			return 1, err
 		}
 	}
@@ -553,4 +559,18 @@ func capacity(ctx context.Context, o options, stdout io.Writer, conn connectFunc
 		fmt.Fprintf(stdout, "  warning: %s\n", w.Message)
 	}
 	return 0, nil
+}
+
+// swapDone reports whether the new pool exists with the requested CIDR.
+func swapDone(ctx context.Context, cl calico.Cluster, req calico.SwapRequest) bool {
+	want, err := cidr.Parse(req.NewCIDR)
+	if err != nil {
+		return false
+	}
+	p, err := cl.Pools.Get(ctx, req.NewName)
+	if err != nil {
+		return false
+	}
+	got, _, err := cidr.ParseLenient(p.Spec.CIDR)
+	return err == nil && got == want
 }

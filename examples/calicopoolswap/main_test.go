@@ -180,6 +180,16 @@ func TestPlanApplyVerifyWithFakes(t *testing.T) {
 	code, out, errOut = exec(t, conn, "apply", "--plan", planFile, "--apply", "--journal", journal)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "Result: done")
+
+	// So is rerunning the same command without a plan file, although the old
+	// pool it names is gone (a rerun after a kill just past the delete).
+	code, out, errOut = exec(t, conn, append([]string{"apply", "--apply", "--journal", journal}, base...)...)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "Nothing to do: pool default-ipv4-ippool is gone and pool pool-10-20-0-0-16 (10.20.0.0/16) is in place")
+	// But a pool that was never swapped in is still an error.
+	code, _, errOut = exec(t, conn, "apply", "--apply", "--journal", journal, "--old-pool", "default-ipv4-ippool", "--new-cidr", "10.30.0.0/16", "--cluster-cidr", "10.30.0.0/16")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "IPPool not found")
 }
 
 func TestApplyOperatorExitsThree(t *testing.T) {
