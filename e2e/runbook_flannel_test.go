@@ -1,0 +1,389 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/e2e/harness"
+	"github.com/cidrshift/cidrshift/nodecidr"
+)
+
+// Story 2 of FACTS.md, then a Network change, carried out end to end by the
+// runbook binary examples/migrate-flannel-podcidr on a real control plane:
+// 30 kwok nodes of a kube-subnet-manager flannel cluster (3 duplicate and 2
+// missing podCIDRs) are repaired, net-conf.json moves from 10.244.0.0/16 to
+// 10.240.0.0/12, and the test plays the operator who restarts
+// kube-controller-manager with the new --cluster-cidr when the runbook
+// pauses (exit 3).
+
+var (
+	flOld = netip.MustParsePrefix("10.244.0.0/16")
+	flNew = netip.MustParsePrefix("10.240.0.0/12")
+)
+
+const (
+	flNodes    = 30
+	flReplicas = 60 // two per node
+	flApp      = "flweb"
+	// flNetConf is kube-flannel.yml's net-conf.json with some extra keys and
+	// its own formatting, which the runbook must keep byte for byte.
+	flNetConf = "{\n  \"Network\": \"10.244.0.0/16\",\n  \"EnableNFTables\": false,\n  \"Backend\": {\n    \"Type\": \"vxlan\",\n    \"VNI\": 1\n  }\n}\n"
+	flCNIConf = `{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+)
+
+// flKillPoints are stderr lines at which the killed variant may die.
+var flKillPoints = []string{
+	"step 1/5", ": deleted", ": created", "step 2/5", "step 3/5", "step 4/5", "step 5/5",
+}
+
+func TestRunbookFlannel(t *testing.T) { flScenario(t, "", false) }
+
+// TestRunbookFlannelRewrite also renumbers every node into 10.240.0.0/16
+// (--rewrite-nodes), node by node with the health check in between.
+func TestRunbookFlannelRewrite(t *testing.T) { flScenario(t, "", true) }
+
+var flNodeRange = netip.MustParsePrefix("10.240.0.0/16")
+
+// TestRunbookFlannelKilled SIGKILLs the runbook once, at a random point of
+// flKillPoints (E2E_FLANNEL_KILL=<point> replays one), and resumes it.
+func TestRunbookFlannelKilled(t *testing.T) {
+	seed := time.Now().UnixNano()
+	kill := flKillPoints[rand.New(rand.NewPCG(uint64(seed), 7)).IntN(len(flKillPoints))]
+	if k := os.Getenv("E2E_FLANNEL_KILL"); k != "" { // replay one kill point
+		kill = k
+	}
+	t.Logf("kill point %q (seed %d)", kill, seed)
+	flScenario(t, kill, false)
+}
+
+// flMirrorPod plays the kubelet's mirror pod of a static
+// kube-controller-manager, so the runbook can observe its flags.
+func flMirrorPod(node string, args []string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "kube-controller-manager-" + node, Namespace: metav1.NamespaceSystem,
+			Labels:      map[string]string{"component": "kube-controller-manager", "tier": "control-plane"},
+			Annotations: map[string]string{nodecidr.MirrorPodAnnotation: "e2e"},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			HostNetwork: true,
+			Containers: []corev1.Container{{Name: "kube-controller-manager", Image: "registry.k8s.io/kube-controller-manager:v1.36.3",
+				Command: append([]string{"kube-controller-manager"}, args...)}},
+		},
+	}
+}
+
+// flSetMirror replaces the mirror pod, as the kubelet does when the static
+// pod's manifest changes. Each generation gets its own name (a suffix), so
+// kwok's handling of the old pod's deletion cannot hit the new one.
+func flSetMirror(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, gen int, args []string) {
+	t.Helper()
+	p := flMirrorPod(node, args)
+	if gen > 0 {
+		old := p.Name
+		if gen > 1 {
+			old = fmt.Sprintf("%s-%d", p.Name, gen-1)
+		}
+		require.NoError(t, cs.CoreV1().Pods(p.Namespace).Delete(ctx, old, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+		p.Name = fmt.Sprintf("%s-%d", p.Name, gen)
+	}
+	_, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	require.NoError(t, err)
+	poll(t, 30*time.Second, "mirror pods settled", func(ctx context.Context) error {
+		list, err := cs.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "component=kube-controller-manager"})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 || list.Items[0].Name != p.Name {
+			return fmt.Errorf("%d mirror pods", len(list.Items))
+		}
+		return nil
+	})
+}
+
+// flSampler records the Deployment's ready replicas every 100 ms.
+type flSampler struct {
+	mu         sync.Mutex
+	samples    int
+	minReady   int32
+	unanswered int
+	stop, done chan struct{}
+}
+
+func flSample(ctx context.Context, cs kubernetes.Interface) *flSampler {
+	s := &flSampler{minReady: 1 << 30, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			d, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Get(rctx, flApp, metav1.GetOptions{})
+			cancel()
+			s.mu.Lock()
+			if err != nil {
+				s.unanswered++
+			} else {
+				s.samples++
+				s.minReady = min(s.minReady, d.Status.ReadyReplicas)
+			}
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return s
+}
+
+func (s *flSampler) finish() (samples int, minReady int32, unanswered int) {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples, s.minReady, s.unanswered
+}
+
+func flScenario(t *testing.T, killOn string, rewrite bool) {
+	skipInShortMode(t)
+	start := time.Now()
+	c := harness.Start(t, harness.Options{ClusterCIDR: flOld.String(), NodeCIDRMaskSize: 24, DisableNodeIPAM: true})
+	ctx := t.Context()
+	cs := nodeE2EClient(t, c)
+	bin := nodeE2EBuild(t, "migrate-flannel-podcidr")
+
+	// Nodes: node-000..029; 3 duplicates (younger twins of nodes 12, 19,
+	// 26) and 2 without podCIDR.
+	name := func(i int) string { return fmt.Sprintf("node-%03d", i) }
+	dups := map[int]int{5: 12, 11: 19, 17: 26}
+	missing := map[int]bool{8: true, 23: true}
+	var first, later []*corev1.Node
+	for i := range flNodes {
+		n := harness.KwokNode(name(i), map[string]string{"e2e.cidrshift.io/index": strconv.Itoa(i)})
+		n.Annotations["flannel.alpha.coreos.com/backend-type"] = "vxlan"
+		n.Annotations["flannel.alpha.coreos.com/kube-subnet-manager"] = "true"
+		n.Annotations["flannel.alpha.coreos.com/public-ip"] = fmt.Sprintf("192.168.0.%d", i+1)
+		switch {
+		case missing[i]:
+			first = append(first, n)
+		case dups[i] != 0:
+			later = append(later, nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, dups[i]).String()))
+		default:
+			first = append(first, nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, i).String()))
+		}
+	}
+	created := nodeE2ECreateNodes(t, ctx, cs, first)
+	var newest time.Time
+	for _, n := range created {
+		if ts := n.CreationTimestamp.Time; ts.After(newest) {
+			newest = ts
+		}
+	}
+	time.Sleep(time.Until(newest.Add(1100 * time.Millisecond))) // twins must be strictly older
+	nodeE2ECreateNodes(t, ctx, cs, later)
+	nodeE2ESettled(t, cs, flNodes, 2*time.Minute)
+
+	// flannel's ConfigMap, the kube-controller-manager mirror pod, workloads.
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().ConfigMaps("kube-flannel").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-cfg", Namespace: "kube-flannel", Labels: map[string]string{"app": "flannel"}},
+		Data:       map[string]string{"net-conf.json": flNetConf, "cni-conf.json": flCNIConf},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	kcmArgs := func(cc string) []string {
+		return []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + cc, "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + c.Options().ServiceCIDR}
+	}
+	flSetMirror(t, ctx, cs, name(0), 0, kcmArgs(flOld.String()))
+	for i := range flNodes {
+		_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, nodeE2EPod(metav1.NamespaceDefault, "keep-"+name(i), name(i), map[string]string{"app": "keep"}), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	_, err = cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, nodeE2EDeployment(flApp, flReplicas), metav1.CreateOptions{})
+	require.NoError(t, err)
+	nodeE2EWaitPodsRunning(t, cs, metav1.NamespaceDefault, "app=keep", flNodes, 2*time.Minute)
+	deploy := nodeE2EWaitPodsRunning(t, cs, metav1.NamespaceDefault, "app="+flApp, flReplicas, 3*time.Minute)
+	poll(t, time.Minute, "Deployment ready", func(ctx context.Context) error {
+		d, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, flApp, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != flReplicas {
+			return fmt.Errorf("%d ready", d.Status.ReadyReplicas)
+		}
+		return nil
+	})
+	before := nodeE2ENodes(t, ctx, cs)
+	keepUIDs := map[string]types.UID{}
+	keep, err := cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=keep"})
+	require.NoError(t, err)
+	for _, p := range keep.Items {
+		keepUIDs[p.Name] = p.UID
+	}
+	fixed := map[string]bool{}
+	for i := range dups {
+		fixed[name(i)] = true
+	}
+	for i := range missing {
+		fixed[name(i)] = true
+	}
+	deployUIDs := map[string]types.UID{} // pods on nodes the runbook leaves alone
+	for _, p := range deploy {
+		if !fixed[p.Spec.NodeName] && !rewrite {
+			deployUIDs[p.Name] = p.UID
+		}
+	}
+	t.Logf("fixture ready in %s", time.Since(start).Round(time.Millisecond))
+
+	sampler := flSample(ctx, cs)
+	journalDir := filepath.Join(t.TempDir(), "journal")
+	args := []string{"--kubeconfig", c.AdminKubeconfig(), "--network", flNew.String(), "--journal", journalDir, "--apply", "--poll-interval", "200ms"}
+	if rewrite {
+		args = append(args, "--rewrite-nodes", "--node-range", flNodeRange.String())
+	}
+	runStart := time.Now()
+	var (
+		pauses, kills int
+		stdout        string
+	)
+	for attempt := 0; ; attempt++ {
+		require.Less(t, attempt, 8, "runbook did not finish")
+		kill := ""
+		if kills == 0 {
+			kill = killOn
+		}
+		code, killed, out := rbRun(t, bin, args, kill)
+		if killed {
+			kills++
+			continue
+		}
+		if code == 3 {
+			pauses++
+			require.Contains(t, out, "WAITING FOR AN OPERATOR (step controller-manager)")
+			// A second run while nothing changed pauses again (the step is observed, not assumed).
+			if pauses == 1 {
+				// The operator: restart kube-controller-manager with the new
+				// --cluster-cidr (node IPAM on); the kubelet updates the mirror pod.
+				require.NoError(t, c.Restart(ctx, harness.ControllerManager, kcmArgs(flNew.String())...))
+				flSetMirror(t, ctx, cs, name(0), 1, kcmArgs(flNew.String()))
+			}
+			require.LessOrEqual(t, pauses, 2, "the runbook must observe the restarted kube-controller-manager")
+			continue
+		}
+		require.Equal(t, 0, code, "runbook failed:\n%s", out)
+		stdout = out
+		break
+	}
+	t.Logf("runbook done in %s (%d pause(s), %d kill(s))", time.Since(runStart).Round(time.Millisecond), pauses, kills)
+	require.Equal(t, 1, pauses)
+	if killOn != "" {
+		require.Equal(t, 1, kills, "kill point %q never reached", killOn)
+	}
+	assert.Contains(t, stdout, "verified: 30 nodes")
+
+	// A rerun of the finished runbook changes nothing.
+	code, _, out := rbRun(t, bin, args, "")
+	require.Equal(t, 0, code, out)
+	assert.NotContains(t, out, "[completed]")
+
+	samples, minReady, unanswered := sampler.finish()
+	t.Logf("Deployment samples %d, min ready %d, unanswered %d", samples, minReady, unanswered)
+	require.Positive(t, samples)
+	assert.GreaterOrEqual(t, minReady, int32(1), "Deployment had no ready replica at some sample")
+
+	// net-conf.json: Network changed, everything else byte for byte.
+	cm, err := cs.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, strings.Replace(flNetConf, flOld.String(), flNew.String(), 1), cm.Data["net-conf.json"])
+	assert.Equal(t, flCNIConf, cm.Data["cni-conf.json"])
+
+	// Nodes: none lost, no duplicate, every podCIDR inside the new Network,
+	// the untouched ones keep their UID and podCIDR.
+	after := nodeE2ENodes(t, ctx, cs)
+	require.Len(t, after, flNodes)
+	seen := map[netip.Prefix]string{}
+	for nm, n := range after {
+		require.Contains(t, before, nm)
+		require.NotEmpty(t, n.Spec.PodCIDR, "node %s has no podCIDR", nm)
+		p := cidr.MustParse(n.Spec.PodCIDR)
+		assert.True(t, cidr.ContainsPrefix(flNew, p), "node %s podCIDR %s outside %s", nm, p, flNew)
+		if rewrite {
+			assert.True(t, cidr.ContainsPrefix(flNodeRange, p), "node %s podCIDR %s outside --node-range %s", nm, p, flNodeRange)
+		} else {
+			assert.True(t, cidr.ContainsPrefix(flOld, p), "node %s podCIDR %s: the fix allocates in the old Network", nm, p)
+		}
+		if other, dup := seen[p]; dup {
+			t.Errorf("nodes %s and %s share %s", nm, other, p)
+		}
+		seen[p] = nm
+		switch {
+		case rewrite:
+			assert.NotEqual(t, before[nm].UID, n.UID, "node %s should have been recreated", nm)
+			if !fixed[nm] {
+				assert.Equal(t, nodeE2ERebase(t, cidr.MustParse(before[nm].Spec.PodCIDR), flOld, flNodeRange).String(), n.Spec.PodCIDR, "node %s keeps its offset", nm)
+			}
+		case !fixed[nm]:
+			assert.Equal(t, before[nm].UID, n.UID, "node %s was recreated", nm)
+			assert.Equal(t, before[nm].Spec.PodCIDR, n.Spec.PodCIDR)
+		case dups[mustIndex(t, nm)] != 0:
+			assert.NotEqual(t, before[nm].UID, n.UID, "duplicate node %s should have been recreated", nm)
+		}
+	}
+
+	// No pod garbage-collected: the bare pods (never restarted by the
+	// runbook) keep their UIDs, recreated nodes included; Deployment pods on
+	// untouched nodes too.
+	keep, err = cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=keep"})
+	require.NoError(t, err)
+	gotKeep := map[string]types.UID{}
+	for _, p := range keep.Items {
+		gotKeep[p.Name] = p.UID
+	}
+	assert.Equal(t, keepUIDs, gotKeep)
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=" + flApp})
+	require.NoError(t, err)
+	gotDeploy := map[string]types.UID{}
+	for _, p := range pods.Items {
+		gotDeploy[p.Name] = p.UID
+	}
+	for n, uid := range deployUIDs {
+		assert.Equal(t, uid, gotDeploy[n], "Deployment pod %s on an untouched node was restarted or lost", n)
+	}
+
+	// kube-controller-manager runs with the new --cluster-cidr and node IPAM
+	// works: a node joining now gets a podCIDR from it.
+	assert.Contains(t, c.Flags(harness.ControllerManager), "--cluster-cidr="+flNew.String())
+	poll(t, 5*time.Second, "kube-controller-manager still running", func(context.Context) error {
+		if !c.Status(harness.ControllerManager).Running {
+			return fmt.Errorf("kube-controller-manager is not running: %+v", c.Status(harness.ControllerManager))
+		}
+		return nil
+	})
+	_, err = cs.CoreV1().Nodes().Create(ctx, harness.KwokNode("node-joiner", nil), metav1.CreateOptions{})
+	require.NoError(t, err)
+	got := nodeE2EWaitPodCIDRs(t, cs, []string{"node-joiner"}, time.Minute)
+	assert.True(t, cidr.ContainsPrefix(flNew, got["node-joiner"]))
+	_, taken := seen[got["node-joiner"]]
+	assert.False(t, taken, "joiner got a podCIDR already in use: %s", got["node-joiner"])
+	t.Logf("scenario done in %s", time.Since(start).Round(time.Millisecond))
+}
