@@ -141,6 +141,12 @@ type ApplyOptions struct {
 	KeepOldPool bool
 	// Force deletes the old pool even when pods or allocations are left.
 	Force bool
+	// StopAfter, when set, ends Apply (without error, Done false) once the
+	// named phase has finished, e.g. PhaseDisableOldPool to stop new
+	// allocations from the old pool before the pods move. Calling Apply again
+	// with the same plan and journal (and another or no StopAfter) resumes
+	// the swap from there. PhaseDone and the empty value run to the end.
+	StopAfter Phase
 }
 
 func (o ApplyOptions) withDefaults() ApplyOptions {
@@ -303,6 +309,9 @@ func Apply(ctx context.Context, cl Cluster, plan *SwapPlan, opts ApplyOptions) (
 	default:
 		return nil, fmt.Errorf("dry-run mode %q: want %q or %q", opts.DryRun, DryRunClient, DryRunServer)
 	}
+	if opts.StopAfter != "" && phaseIndex(opts.StopAfter) < 0 {
+		return nil, fmt.Errorf("ApplyOptions.StopAfter %q: want one of %v", opts.StopAfter, phaseOrder)
+	}
 	opts = opts.withDefaults()
 	a := &applier{
 		cl: cl, plan: plan, opts: opts,
@@ -376,6 +385,12 @@ func (a *applier) run(ctx context.Context) error {
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if a.opts.StopAfter != "" && phaseIndex(s.phase) > phaseIndex(a.opts.StopAfter) {
+			// Also when a resumed run is already past the phase: nothing
+			// after StopAfter runs.
+			a.emit(Event{Type: EventSkip, Message: fmt.Sprintf("stopping after phase %s as asked; Apply again with the same plan and journal to go on", a.opts.StopAfter)})
+			return nil
 		}
 		if err := a.enter(s.phase); err != nil {
 			return err
