@@ -58,7 +58,7 @@ func TestNodeCIDRFirstStoryReplayed(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
 	oldRange, newRange := cidr.MustParse("10.10.0.0/18"), cidr.MustParse("10.20.0.0/16")
-	c := harness.Start(t, nodeE2EOptions(harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24}))
+	c := harness.Start(t, harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24})
 	ctx := t.Context()
 	cs := nodeE2EClient(t, c)
 
@@ -239,7 +239,7 @@ func TestNodeCIDRSecondStoryDoctorAndFix(t *testing.T) {
 	cluster := cidr.MustParse("10.240.0.0/12")
 	// Node IPAM is off while the broken state is built (it would hand the
 	// nodes without podCIDR one at once) and switched on at the end.
-	c := harness.Start(t, nodeE2EOptions(harness.Options{ClusterCIDR: cluster.String(), NodeCIDRMaskSize: 24, DisableNodeIPAM: true}))
+	c := harness.Start(t, harness.Options{ClusterCIDR: cluster.String(), NodeCIDRMaskSize: 24, DisableNodeIPAM: true})
 	ctx := t.Context()
 	cs := nodeE2EClient(t, c)
 	serviceCIDR := c.Options().ServiceCIDR
@@ -627,7 +627,7 @@ func TestNodeCIDRNoderecreateSurvivesSIGKILL(t *testing.T) {
 	}
 	oldRange, newRange := cidr.MustParse("10.10.0.0/16"), cidr.MustParse("10.20.0.0/16")
 	bin := nodeE2EBuild(t, "noderecreate")
-	c := harness.Start(t, nodeE2EOptions(harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24}))
+	c := harness.Start(t, harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24})
 	ctx := t.Context()
 	cs := nodeE2EClient(t, c)
 
@@ -857,7 +857,7 @@ func TestNodeCIDRApplySurvivesAPIServerOutage(t *testing.T) {
 	t.Parallel()
 	const nodeCount = 60
 	oldRange, newRange := cidr.MustParse("10.10.0.0/16"), cidr.MustParse("10.20.0.0/16")
-	c := harness.Start(t, nodeE2EOptions(harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24}))
+	c := harness.Start(t, harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24})
 	ctx := t.Context()
 	cs := nodeE2EClient(t, c)
 
@@ -982,7 +982,7 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 	t.Parallel()
 	oldRange, newRange := cidr.MustParse("10.10.0.0/18"), cidr.MustParse("10.20.0.0/16")
 	bin := nodeE2EBuild(t, "noderecreate")
-	c := harness.Start(t, nodeE2EOptions(harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24}))
+	c := harness.Start(t, harness.Options{ClusterCIDR: oldRange.String(), NodeCIDRMaskSize: 24})
 	ctx := t.Context()
 	admin := nodeE2EClient(t, c)
 

@@ -39,24 +39,6 @@ import (
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
-// nodeE2EOptions adds what clusters of hundreds of kwok nodes need:
-//   - kwok renews node Leases (--node-lease-duration-seconds). The harness
-//     runs kwok with --config holding only Stages, so kwok's default (40 s)
-//     is never applied and it creates no Lease at all: the node lifecycle
-//     controller then sees every node's heartbeat go stale after 50 s, marks
-//     it unreachable (NoSchedule and NoExecute taints), kwok sets it Ready
-//     again, and so on, so node metadata never settles.
-//   - kube-controller-manager's client is not held to 20 requests/s: with
-//     300 nodes the node lifecycle controller needs over a minute just to
-//     remove the not-ready taints that admission puts on new Nodes.
-func nodeE2EOptions(o harness.Options) harness.Options {
-	o.ExtraFlags = map[harness.Component][]string{
-		harness.Kwok:              {"--node-lease-duration-seconds=40"},
-		harness.ControllerManager: {"--kube-api-qps=200", "--kube-api-burst=400"},
-	}
-	return o
-}
-
 // nodeE2EClient returns the cluster's admin clientset.
 func nodeE2EClient(t *testing.T, c *harness.Cluster) kubernetes.Interface {
 	t.Helper()

@@ -590,6 +590,10 @@ func (c *Cluster) baseFlags(comp *component) []string {
 			"--cluster-signing-cert-file=" + p.CAFile,
 			"--cluster-signing-key-file=" + p.CAKeyFile,
 			"--service-cluster-ip-range=" + c.opts.ServiceCIDR,
+			// The default 20 QPS makes the node lifecycle controller take over
+			// a minute to clear the not-ready taints of 300 new nodes.
+			"--kube-api-qps=200",
+			"--kube-api-burst=400",
 		}
 		if !c.opts.DisableNodeIPAM {
 			flags = append(flags, "--allocate-node-cidrs=true", "--cluster-cidr="+c.opts.ClusterCIDR)
@@ -612,6 +616,10 @@ func (c *Cluster) baseFlags(comp *component) []string {
 			"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=" + KwokNodeAnnotationValue,
 			fmt.Sprintf("--server-address=127.0.0.1:%d", comp.ports["server"]),
 			"--node-ip=127.0.0.1",
+			// With --config holding only Stages, kwok's 40 s default is not
+			// applied and it renews no node Lease: the node lifecycle
+			// controller then marks every node unreachable after 50 s.
+			"--node-lease-duration-seconds=40",
 		}
 	}
 	return nil
