@@ -62,7 +62,11 @@ func connect(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	// No client-side limiter: Apply paces itself (--rate, --concurrency), and
+	// a shared token bucket would make each create wait behind other
+	// workers' requests right after its node was deleted (measured: gap p50
+	// 40 ms x concurrency, throughput capped at 13 nodes/s).
+	cfg.QPS, cfg.Burst = -1, 0
 	cfg.UserAgent = "cidrshift-noderecreate"
 	return kubernetes.NewForConfig(cfg)
 }
@@ -141,7 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.journal, "journal", "./noderecreate-journal", "journal directory: node backups and progress, used to resume")
 	fs.StringVar(&o.planFile, "plan", "", "plan file: written when planning, read with --apply")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "worker nodes moved at once (control-plane nodes always one at a time)")
-	fs.Float64Var(&o.rate, "rate", 5, "at most this many nodes started per second (0: no limit)")
+	fs.Float64Var(&o.rate, "rate", 20, "at most this many nodes started per second (0: no limit); --concurrency bounds how many are in flight")
 	fs.BoolVar(&o.cordon, "cordon", false, "cordon each node before it is recreated and uncordon it after")
 	fs.BoolVar(&o.emptyStatus, "empty-status", false, "create nodes with an empty status instead of the old one")
 	fs.DurationVar(&o.createGrace, "create-grace", nodecidr.DefaultCreateGrace, "after an interrupt, keep retrying the create of a node just deleted for this long")
