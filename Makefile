@@ -27,6 +27,10 @@ fuzz:
 	  done; \
 	done
 
+# bench: the allocator against kcm's cidrset, allocator growth, and the package
+# benchmarks; the real-control-plane measurements of BENCHMARKS.md run with
+# CIDRSHIFT_PERF=1 (see there: they take tens of minutes).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	cd e2e/peerbench && $(GO) test -bench . -benchmem -count 6 .
+	cd e2e && CIDRSHIFT_PERF=1 $(GO) test -count=1 -timeout 90m -v -run 'TestNodeRewrite|TestScaleOffline' ./perf
