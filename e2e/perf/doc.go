@@ -19,6 +19,11 @@
 //	cd e2e && CIDRSHIFT_PERF=1 go test -count=1 -timeout 30m -v -run TestScaleOffline ./perf
 //	cd e2e && CIDRSHIFT_PERF=1 go test -count=1 -timeout 60m -v -run TestScaleLive ./perf
 //
-// CIDRSHIFT_PERF_NODES (default 500) and CIDRSHIFT_PERF_PODS (default
-// 20000, for the live scale test) change the sizes.
+// CIDRSHIFT_PERF_NODES (default 500, node rewrite), CIDRSHIFT_PERF_SCALE_NODES
+// (default 5000) and CIDRSHIFT_PERF_PODS (default 20000, live scale test)
+// change the sizes; CIDRSHIFT_PERF_KWOK_LEASE (default 40, 0 for the
+// harness's kwok as is), CIDRSHIFT_PERF_POD_WAIT_MIN (default 20) and
+// CIDRSHIFT_PERF_MEM_LIMIT_MB (default 8192, the offline doctor's address-space
+// limit) tune the runs, and CIDRSHIFT_PERF_OUT names a directory to write
+// each test's markdown report to.
 package perf

@@ -171,7 +171,9 @@ func TestNodeRewrite(t *testing.T) {
 		runs = append(runs, r)
 	}
 	fsyncMid := journalPutLatency(t, 200)
-	def := e.measure(t, "noderecreate (defaults: --concurrency 1 --rate 5)", "cidrshift-noderecreate", 1, "5 (default)", func() (timing.Summary, int) {
+	defConc, defRate := flagDefault(t, bin, "concurrency"), flagDefault(t, bin, "rate")
+	defName := fmt.Sprintf("noderecreate (defaults: --concurrency %s --rate %s)", defConc, defRate)
+	def := e.measure(t, defName, "cidrshift-noderecreate", 1, defRate+" (default)", func() (timing.Summary, int) {
 		return e.noderecreate(t, bin)
 	})
 	runs = append(runs, def)
@@ -237,7 +239,7 @@ func TestNodeRewrite(t *testing.T) {
 			best = tool[conc]
 		}
 	}
-	fmt.Fprintf(&out, "\nGoals:\n- 20x faster than the kubectl loop: noderecreate with its defaults (concurrency 1, rate 5/s) took %s vs %s, %.1fx (%s); "+
+	fmt.Fprintf(&out, "\nGoals:\n- 20x faster than the kubectl loop: noderecreate with its defaults (concurrency "+defConc+", rate "+defRate+"/s) took %s vs %s, %.1fx (%s); "+
 		"with --rate 0 at concurrency 1 %.1fx (%s); best (%s) %.1fx.\n",
 		fmtDur(def.wall), fmtDur(kc.wall), speedup, metOrNot(speedup >= 20),
 		kc.wall.Seconds()/tool[1].wall.Seconds(), metOrNot(kc.wall.Seconds()/tool[1].wall.Seconds() >= 20),
@@ -251,6 +253,15 @@ func TestNodeRewrite(t *testing.T) {
 	fmt.Fprintf(&out, "- delete->create gap p99 under 1 s: noderecreate defaults %s (%s), worst noderecreate run %s (%s); kubectl %s.\n",
 		fmtDur(def.gaps.P99), metOrNot(def.gaps.P99 < time.Second), fmtDur(worst), metOrNot(worst < time.Second), fmtDur(kc.gaps.P99))
 	report(t, "noderewrite", out.String())
+}
+
+// flagDefault returns the default of a flag as bin -h prints it ("" if none).
+func flagDefault(t *testing.T, bin, name string) string {
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits 0 or 2 depending on the flag package's mode
+	re := regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(name) + `\b.*\n(?:\s{4,}.*\n)*?.*\(default ([^)]*)\)`)
+	m := re.FindSubmatch(out)
+	require.NotNil(t, m, "default of -%s in %s -h:\n%s", name, bin, out)
+	return string(m[1])
 }
 
 // journalPutLatency times n sequential journal records like the ones Apply

@@ -119,7 +119,9 @@ func TestScaleOffline(t *testing.T) {
 
 // TestScaleLive runs doctor and a noderecreate --fix plan against a real
 // control plane holding 5,000 kwok nodes and CIDRSHIFT_PERF_PODS (default
-// 20,000) bare pods bound to them, under /usr/bin/time -v. The nodes have the
+// 20,000) bare pods bound to them, under /usr/bin/time -v. It waits at most
+// CIDRSHIFT_PERF_POD_WAIT_MIN minutes (default 20) for kwok to run the pods
+// and reports how many got an IP. The nodes have the
 // dump's podCIDRs and defects (duplicates, missing podCIDRs: those get one
 // from kube-controller-manager); kwok makes the nodes Ready, renews their
 // Leases every 10 s (see kwokLeaseFlags), and runs the pods with IPs from their node's podCIDR.
@@ -176,7 +178,7 @@ func TestScaleLive(t *testing.T) {
 		return err
 	})
 	t.Logf("%d pods created in %s (load %s)", nPods, time.Since(podStart).Round(time.Millisecond), LoadAvg())
-	running := waitPodsRunning(t, cs, nPods, 20*time.Minute)
+	running := waitPodsRunning(t, cs, nPods, time.Duration(envInt(t, "CIDRSHIFT_PERF_POD_WAIT_MIN", 20))*time.Minute)
 	setup := time.Since(start)
 	t.Logf("%d of %d pods Running with an IP; setup took %s (load %s)", running, nPods, setup.Round(time.Second), LoadAvg())
 
@@ -269,7 +271,7 @@ func waitPodsRunning(t *testing.T, cs kubernetes.Interface, want int, timeout ti
 			return running
 		}
 		t.Logf("%d of %d pods Running (load %s)", running, want, LoadAvg())
-		time.Sleep(10 * time.Second)
+		time.Sleep(30 * time.Second) // each look lists every pod
 	}
 }
 
