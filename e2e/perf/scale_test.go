@@ -195,7 +195,7 @@ func TestScaleLive(t *testing.T) {
 		nNodes, kwokLeaseFlags(t), nPods, running, c.Binaries().K8sVersion, machine())
 	fmt.Fprintf(&out, "Setup (nodes and pods created 32 at a time, pods run by kwok): %s. Background while idle: %.0f requests/s, %.0f writes/s (kwok renews each node's Lease every 10 s).\n\n",
 		setup.Round(time.Second), bg.Requests.Total(nil)/15, bg.Requests.Writes()/15)
-	tbl := &table{head: []string{"command", "exit", "wall", "user+sys CPU", "max RSS", "apiserver requests (LIST nodes / LIST pods)", "load before → after"}}
+	tbl := &table{head: []string{"command", "exit", "wall", "user+sys CPU", "max RSS", "apiserver requests (LIST nodes / LIST pods)", "apiserver mean time per LIST nodes / pods page", "load before → after"}}
 	common := []string{"--kubeconfig", c.AdminKubeconfig(), "--cluster-cidr", DumpClusterCIDR, "--node-mask", "24", "--service-cidr", serviceCIDR}
 	cmds := []struct {
 		bin  string
@@ -217,7 +217,10 @@ func TestScaleLive(t *testing.T) {
 			m1, err := ScrapeAPIServer(ctx, cs.CoreV1().RESTClient())
 			require.NoError(t, err)
 			require.Equal(t, cmd.exit, r.Exit, "%s: stderr %s", cmd.name, tail(r.Stderr, 2000))
-			d := m1.Sub(m0).Requests
+			delta := m1.Sub(m0)
+			d := delta.Requests
+			pageTime := fmtDur(delta.Latency[RequestKey{Verb: "LIST", Resource: "nodes"}].Mean()) + " / " +
+				fmtDur(delta.Latency[RequestKey{Verb: "LIST", Resource: "pods"}].Mean())
 			lists := fmt.Sprintf("%s (%s / %s)", trimFloat(d.Total(func(k RequestKey) bool { return k.Verb == "LIST" })),
 				trimFloat(d[RequestKey{Verb: "LIST", Resource: "nodes"}]), trimFloat(d[RequestKey{Verb: "LIST", Resource: "pods"}]))
 			if cmd.name == "doctor" && len(cmd.args) > len(common) && cmd.args[len(common)] == "-o" {
@@ -228,7 +231,7 @@ func TestScaleLive(t *testing.T) {
 			}
 			line := cmd.name + " " + strings.Join(cmd.args, " ")
 			line = strings.ReplaceAll(line, c.AdminKubeconfig(), "admin.kubeconfig")
-			tbl.add("`"+line+"`"+fmt.Sprintf(" (run %d)", rep+1), r.Exit, r.Wall, r.User+r.System, mib(r.MaxRSSKB), lists, load+" → "+LoadAvg())
+			tbl.add("`"+line+"`"+fmt.Sprintf(" (run %d)", rep+1), r.Exit, r.Wall, r.User+r.System, mib(r.MaxRSSKB), lists, pageTime, load+" → "+LoadAvg())
 			t.Logf("%s: wall %s, cpu %s, max RSS %s, LISTs %s", line, fmtDur(r.Wall), fmtDur(r.User+r.System), mib(r.MaxRSSKB), lists)
 		}
 	}
