@@ -332,6 +332,7 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	for i := range nodes {
 		byName[nodes[i].Name] = &nodes[i]
 	}
+	r.listed = byName
 	var stale []Change
 	var work []*Step
 	for i := range plan.Steps {
@@ -421,8 +422,13 @@ type runner struct {
 	records map[string]*nodeRecord
 	result  *Result
 	gaps    []time.Duration
-	errs    []error
-	evMu    sync.Mutex
+	// listed holds the Nodes of the run's initial LIST (read-only). The
+	// first attempt at a node starts from it instead of a GET: the delete's
+	// UID and resourceVersion preconditions refuse a node that changed since,
+	// and only then is it read again.
+	listed map[string]*corev1.Node
+	errs   []error
+	evMu   sync.Mutex
 }
 
 func (r *runner) dry() bool { return r.opts.DryRun != DryRunNone }
@@ -512,6 +518,21 @@ func (r *runner) record(node string) *nodeRecord {
 	if rec := r.records[node]; rec != nil {
 		c := *rec
 		return &c
+	}
+	return nil
+}
+
+// forget drops the journal record of a node this run backed up but did not
+// delete (someone else did), so a resumed run does not recreate it.
+func (r *runner) forget(rec *nodeRecord) error {
+	r.mu.Lock()
+	delete(r.records, rec.Node)
+	r.mu.Unlock()
+	if r.j == nil || r.dry() {
+		return nil
+	}
+	if err := r.j.Delete(nodeKey(rec.Node)); err != nil {
+		return fmt.Errorf("journal record for node %s: %w", rec.Node, err)
 	}
 	return nil
 }
@@ -732,8 +753,11 @@ func (r *runner) process(ctx context.Context, s *Step) error {
 		if attempt > 0 && !errors.Is(last, errReread) {
 			r.emit(Event{Node: s.Node, Phase: PhaseRetrying, Err: last})
 		}
-		cur, err := r.get(ctx, s.Node)
-		if err != nil {
+		var cur *corev1.Node
+		var err error
+		if attempt == 0 && r.listed[s.Node] != nil {
+			cur = r.listed[s.Node]
+		} else if cur, err = r.get(ctx, s.Node); err != nil {
 			return err
 		}
 		rec := r.record(s.Node)
@@ -840,12 +864,20 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 		if err := r.put(rec); err != nil {
 			return err
 		}
-		if _, err := r.patch(ctx, s.Node, map[string]any{"spec": map[string]any{"unschedulable": true}}); err != nil {
+		patched, err := r.patch(ctx, s.Node, map[string]any{"spec": map[string]any{"unschedulable": true}})
+		if err != nil {
 			return fmt.Errorf("cordoning node %s: %w", s.Node, err)
 		}
 		r.emit(Event{Node: s.Node, Phase: PhaseCordoned})
 		if !r.dry() {
-			return errReread // the backup must be exactly what is deleted
+			// The backup must be exactly what is deleted: the patched Node as
+			// stored; if a controller changes it before the delete (the node
+			// lifecycle controller adds the unschedulable taint), the delete's
+			// resourceVersion precondition fails and the node is read again.
+			if patched == nil || patched.UID != cur.UID {
+				return errReread
+			}
+			cur = patched
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -874,7 +906,13 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 	})
 	switch {
 	case apierrors.IsNotFound(err):
-		// Gone between the read and the delete; the backup is safe, recreate it.
+		// Deleted by someone else after it was read: not ours to bring back.
+		// Forget the backup and look again; a node that is still missing is
+		// reported as a stale plan.
+		if derr := r.forget(rec); derr != nil {
+			return derr
+		}
+		return errReread
 	case apierrors.IsConflict(err):
 		return fmt.Errorf("%w: delete of node %s: %v", errRetryStep, s.Node, err)
 	case err != nil && (IsTransient(err) || cctx.Err() != nil):
@@ -1141,13 +1179,14 @@ func missingKeys(want, have map[string]string) map[string]string {
 
 // finish verifies a node that has its new podCIDRs, uncordons it if the run
 // cordoned it, runs the hooks and marks it done.
+//
+// cur is the Node as the API server returned it from the create or patch
+// that gave it its podCIDRs (or as read, on a resumed run): it is what is
+// stored, so it is verified without reading it again.
 func (r *runner) finish(ctx context.Context, s *Step, rec *nodeRecord, cur *corev1.Node) error {
-	got, err := r.get(ctx, s.Node)
-	if err != nil {
-		return fmt.Errorf("verifying node %s: %w", s.Node, err)
-	}
+	got := cur
 	if got == nil {
-		return fmt.Errorf("%w: node %s disappeared right after it was created", ErrVerify, s.Node)
+		return fmt.Errorf("%w: node %s: no object to verify", ErrVerify, s.Node)
 	}
 	if !sameCIDRs(PodCIDRsOf(got), s.NewPodCIDRs) {
 		return fmt.Errorf("%w: node %s has podCIDRs %s, want %s", ErrVerify, s.Node, cidrList(PodCIDRsOf(got)), cidrList(s.NewPodCIDRs))
@@ -1159,14 +1198,13 @@ func (r *runner) finish(ctx context.Context, s *Step, rec *nodeRecord, cur *core
 	}
 	r.emit(Event{Node: s.Node, Phase: PhaseVerified})
 	if rec.Cordoned && !rec.WasUnschedulable && got.Spec.Unschedulable {
-		if _, err := r.patch(ctx, s.Node, map[string]any{"spec": map[string]any{"unschedulable": false}}); err != nil {
+		uncordoned, err := r.patch(ctx, s.Node, map[string]any{"spec": map[string]any{"unschedulable": false}})
+		if err != nil {
 			return fmt.Errorf("uncordoning node %s: %w", s.Node, err)
 		}
 		r.emit(Event{Node: s.Node, Phase: PhaseUncordoned})
-		if got, err = r.get(ctx, s.Node); err != nil {
-			return err
-		} else if got == nil {
-			return fmt.Errorf("%w: node %s disappeared after it was uncordoned", ErrVerify, s.Node)
+		if uncordoned != nil {
+			got = uncordoned
 		}
 	}
 	for _, h := range r.opts.Hooks {

@@ -653,3 +653,118 @@ func TestApplyDeleteOutcomeUnknown(t *testing.T) {
 		checkMoved(t, s, orig, &Plan{}) // nothing lost, nothing changed
 	})
 }
+
+// verbs returns "verb resource[ name]" for every call, in order.
+func (r *recorder) verbs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.actions))
+	for _, a := range r.actions {
+		s := a.GetVerb() + " " + a.GetResource().Resource
+		switch a := a.(type) {
+		case k8stesting.GetActionImpl:
+			s += " " + a.GetName()
+		case k8stesting.DeleteActionImpl:
+			s += " " + a.GetName()
+		case k8stesting.CreateActionImpl:
+			if n, ok := a.GetObject().(*corev1.Node); ok {
+				s += " " + n.Name
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestApplyTwoRequestsPerNode pins the request budget: after one LIST and the
+// access reviews, a node costs exactly its DELETE and its CREATE. The node is
+// taken from the LIST and verified from the CREATE's answer.
+func TestApplyTwoRequestsPerNode(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	rec := record(c)
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	var perNode []string
+	reviews := 0
+	for _, v := range rec.verbs() {
+		switch {
+		case v == "list nodes":
+		case v == "create selfsubjectaccessreviews":
+			reviews++
+		default:
+			perNode = append(perNode, v)
+		}
+	}
+	assert.Equal(t, len(RequiredPermissions(ApplyOptions{})), reviews)
+	// w2 is already unschedulable in storyOne; without Cordon nothing is patched.
+	assert.Equal(t, []string{
+		"delete nodes w1", "create nodes w1", "delete nodes w2", "create nodes w2",
+		"delete nodes w3", "create nodes w3", "delete nodes master1", "create nodes master1",
+	}, perNode)
+}
+
+// beforeFirstDelete runs fn when Apply first deletes node name, before the
+// server sees that delete: what another client did since Apply's LIST.
+func beforeFirstDelete(c *fake.Clientset, name string, fn func()) {
+	var once sync.Once
+	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.DeleteActionImpl).GetName() == name {
+			once.Do(fn)
+		}
+		return false, nil, nil
+	})
+}
+
+// TestApplyNodeChangedSinceList: a node whose status moved on after Apply's
+// LIST is refused by the delete's resourceVersion precondition, read again,
+// backed up as it is now, and moved.
+func TestApplyNodeChangedSinceList(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	beforeFirstDelete(c, "w1", func() { require.True(t, s.Touch("w1")) })
+	rec := record(c)
+	dir := t.TempDir()
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	w1 := 0
+	for _, v := range rec.verbs() {
+		if strings.HasSuffix(v, " w1") {
+			w1++
+		}
+	}
+	assert.Equal(t, 4, w1, "refused delete, get, delete, create: %v", rec.verbs())
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	b, ok := st.Backup("w1")
+	require.True(t, ok)
+	assert.False(t, b.Status.Conditions[0].LastHeartbeatTime.IsZero(), "the backup is the node as deleted, with the new heartbeat")
+}
+
+// TestApplyNodeDeletedSinceList: a node someone else deleted after Apply's
+// LIST is not brought back from the backup taken from the LIST: the run stops
+// with a stale plan naming it, and its journal record is gone.
+func TestApplyNodeDeletedSinceList(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	beforeFirstDelete(c, "w1", func() {
+		_, _, err := s.Handle(k8stesting.NewRootDeleteAction(corev1.SchemeGroupVersion.WithResource("nodes"), "w1"))
+		require.NoError(t, err)
+	})
+	dir := t.TempDir()
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	var stale *StaleError
+	require.ErrorAs(t, err, &stale)
+	assert.Equal(t, []Change{{Node: "w1", Field: "existence", Planned: "uid uid-w1", Current: "not found"}}, stale.Changes)
+	_, ok := s.Node("w1")
+	assert.False(t, ok, "not resurrected")
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	_, ok = st.Backup("w1")
+	assert.False(t, ok)
+}

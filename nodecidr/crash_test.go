@@ -110,7 +110,9 @@ func TestCrashAtEveryCall(t *testing.T) {
 	_, err := Apply(ctxT(t), c, p, crashOptions(c, t.TempDir(), 1))
 	require.NoError(t, err)
 	total := len(rec.actions)
-	require.Greater(t, total, 30)
+	// 3 nodes x (cordon, delete, create, uncordon, the hook's pod list and
+	// delete), the LIST and the access reviews.
+	require.Greater(t, total, 20)
 
 	for _, conc := range []int{1, 3} {
 		for _, after := range []bool{false, true} {
