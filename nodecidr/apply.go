@@ -97,8 +97,12 @@ const (
 // Phase is a point in a node's move, used in events and journal records.
 type Phase string
 
-// The phases. Journal records use cordoned, backed-up, deleted, created,
-// restored and done; each is written before the next API call.
+// The phases. Journal records use cordoned, backed-up, created, restored and
+// done; each is written before the next API call. No record is written
+// between a node's delete and its create: the backed-up record already tells
+// a resumed run to recreate a node that is missing, and the node is absent
+// for less time. The created record is written only when an uncordon or
+// hooks follow, and otherwise folded into done.
 const (
 	PhaseCordoned   Phase = "cordoned"
 	PhaseBackedUp   Phase = "backed-up"
@@ -925,10 +929,7 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 		return fmt.Errorf("deleting node %s (nothing lost, it was not deleted): %w", s.Node, err)
 	}
 	r.emit(Event{Node: s.Node, Phase: PhaseDeleted, Message: "uid " + string(uid)})
-	rec.Phase = PhaseDeleted
-	jerr := r.put(rec) // the create matters more than this record
-	err = r.createAndFinish(ctx, cctx, s, rec)
-	return errors.Join(err, jerr)
+	return r.createAndFinish(ctx, cctx, s, rec)
 }
 
 // graceContext returns the context of a critical section: it survives the
@@ -987,7 +988,10 @@ func (r *runner) createAndFinish(ctx, cctx context.Context, s *Step, rec *nodeRe
 		gap = time.Since(rec.DeleteStarted)
 	}
 	rec.Phase, rec.NewUID, rec.Gap = PhaseCreated, created.UID, gap
-	jerr := r.put(rec)
+	var jerr error
+	if len(r.opts.Hooks) > 0 || rec.Cordoned {
+		jerr = r.put(rec) // work remains before done: uncordon, hooks
+	}
 	msg := fmt.Sprintf("uid %s, podCIDRs %s", created.UID, cidrList(s.NewPodCIDRs))
 	if gap > PodGCQuarantine/2 {
 		msg += fmt.Sprintf("; the node was absent %s, close to the pod GC's %s", gap.Round(time.Millisecond), PodGCQuarantine)

@@ -88,12 +88,18 @@ func crashCluster(t *testing.T) ([]*corev1.Node, *fake.Clientset, *nodecidrtest.
 	return orig, c, s, rebasePlan(t, c)
 }
 
-func crashOptions(c *fake.Clientset, dir string, conc int) ApplyOptions {
+// crashOptions cordons and runs a hook when full is set; without them a node
+// gets no journal record between its backup and done.
+func crashOptions(c *fake.Clientset, dir string, conc int, full bool) ApplyOptions {
+	var hooks []Hook
+	if full {
+		hooks = []Hook{DeleteNodePods(c, DeletePodsOptions{Namespace: "default"})}
+	}
 	return ApplyOptions{
 		JournalDir:  dir,
-		Cordon:      true,
+		Cordon:      full,
 		Concurrency: conc,
-		Hooks:       []Hook{DeleteNodePods(c, DeletePodsOptions{Namespace: "default"})},
+		Hooks:       hooks,
 		Retry:       Retry{Initial: time.Millisecond, Max: 2 * time.Millisecond, Timeout: 100 * time.Millisecond},
 		CreateGrace: 20 * time.Millisecond,
 	}
@@ -107,52 +113,56 @@ func TestCrashAtEveryCall(t *testing.T) {
 	// Count the calls of an undisturbed run.
 	_, c, _, p := crashCluster(t)
 	rec := record(c)
-	_, err := Apply(ctxT(t), c, p, crashOptions(c, t.TempDir(), 1))
+	_, err := Apply(ctxT(t), c, p, crashOptions(c, t.TempDir(), 1, true))
 	require.NoError(t, err)
 	total := len(rec.actions)
 	// 3 nodes x (cordon, delete, create, uncordon, the hook's pod list and
 	// delete), the LIST and the access reviews.
 	require.Greater(t, total, 20)
 
-	for _, conc := range []int{1, 3} {
-		for _, after := range []bool{false, true} {
-			for at := 1; at <= total; at++ {
-				name := fmt.Sprintf("concurrency=%d/after=%t/call=%d", conc, after, at)
-				t.Run(name, func(t *testing.T) {
-					orig, c, s, p := crashCluster(t)
-					dir := t.TempDir()
-					ctx, cancel := context.WithCancel(ctxT(t))
-					defer cancel()
-					cr := &crasher{server: s, at: at, after: after, journal: dir, cancel: cancel}
-					cr.install(t, c)
-					_, err := Apply(ctx, c, p, crashOptions(c, dir, conc))
-					cr.mu.Lock()
-					snap, crashed := cr.snapshot, cr.dead
-					cr.dead = false
-					cr.at = -1
-					cr.mu.Unlock()
-					if !crashed {
+	for _, full := range []bool{true, false} {
+		for _, conc := range []int{1, 3} {
+			for _, after := range []bool{false, true} {
+				for at := 1; at <= total; at++ {
+					name := fmt.Sprintf("cordon+hook=%t/concurrency=%d/after=%t/call=%d", full, conc, after, at)
+					t.Run(name, func(t *testing.T) {
+						orig, c, s, p := crashCluster(t)
+						dir := t.TempDir()
+						ctx, cancel := context.WithCancel(ctxT(t))
+						defer cancel()
+						cr := &crasher{server: s, at: at, after: after, journal: dir, cancel: cancel}
+						cr.install(t, c)
+						_, err := Apply(ctx, c, p, crashOptions(c, dir, conc, full))
+						cr.mu.Lock()
+						snap, crashed := cr.snapshot, cr.dead
+						cr.dead = false
+						cr.at = -1
+						cr.mu.Unlock()
+						if !crashed {
+							require.NoError(t, err)
+							t.Skip("the run made fewer calls")
+						}
+						require.Error(t, err)
+
+						_, err = Apply(ctxT(t), c, p, crashOptions(c, snap, conc, full))
+						require.NoError(t, err, "resume")
+						checkMoved(t, s, orig, p)
+						if full {
+							for _, pod := range s.Pods() {
+								t.Errorf("pod %s on %s was not restarted by the hook", pod.Name, pod.Spec.NodeName)
+							}
+						}
+						v, err := Verify(ctxT(t), c, p, VerifyOptions{JournalDir: snap})
 						require.NoError(t, err)
-						t.Skip("the run made fewer calls")
-					}
-					require.Error(t, err)
+						assert.True(t, v.OK, "%v", v.Findings)
 
-					_, err = Apply(ctxT(t), c, p, crashOptions(c, snap, conc))
-					require.NoError(t, err, "resume")
-					checkMoved(t, s, orig, p)
-					for _, pod := range s.Pods() {
-						t.Errorf("pod %s on %s was not restarted by the hook", pod.Name, pod.Spec.NodeName)
-					}
-					v, err := Verify(ctxT(t), c, p, VerifyOptions{JournalDir: snap})
-					require.NoError(t, err)
-					assert.True(t, v.OK, "%v", v.Findings)
-
-					rec := record(c)
-					res, err := Apply(ctxT(t), c, p, crashOptions(c, snap, conc))
-					require.NoError(t, err)
-					assert.Len(t, res.AlreadyDone, len(p.Steps))
-					assert.Empty(t, rec.writes())
-				})
+						rec := record(c)
+						res, err := Apply(ctxT(t), c, p, crashOptions(c, snap, conc, full))
+						require.NoError(t, err)
+						assert.Len(t, res.AlreadyDone, len(p.Steps))
+						assert.Empty(t, rec.writes())
+					})
+				}
 			}
 		}
 	}
