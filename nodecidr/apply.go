@@ -30,6 +30,14 @@ import (
 // name once more). Every delete→create gap must stay far below it.
 const PodGCQuarantine = 40 * time.Second
 
+// DefaultConcurrency is how many worker nodes Apply moves at once unless
+// told otherwise. At most this many nodes are absent at any instant, each for
+// tens of milliseconds (the pod garbage collector waits 40 s); on the e2e
+// control plane it reaches the API server's delete+create throughput (about
+// 25 times the kubectl loop), where one node at a time is bound by round
+// trips. Control-plane nodes always move one at a time.
+const DefaultConcurrency = 4
+
 // DefaultCreateGrace is how long the create that follows a delete keeps being
 // retried after the run's context has ended.
 const DefaultCreateGrace = 20 * time.Second
@@ -178,8 +186,9 @@ type ApplyOptions struct {
 	JournalDir string
 	// DryRun selects a dry-run mode.
 	DryRun DryRun
-	// Concurrency is how many worker nodes move at once; zero means 1.
-	// Control-plane nodes always move one at a time, after all workers.
+	// Concurrency is how many worker nodes move at once; zero means
+	// DefaultConcurrency. Control-plane nodes always move one at a time,
+	// after all workers.
 	Concurrency int
 	// RateLimit is the most nodes started per second; zero means no limit.
 	RateLimit float64
@@ -397,7 +406,10 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	if opts.RateLimit > 0 {
 		limiter = flowcontrol.NewTokenBucketRateLimiter(float32(opts.RateLimit), 1)
 	}
-	conc := max(opts.Concurrency, 1)
+	conc := opts.Concurrency
+	if conc == 0 {
+		conc = DefaultConcurrency
+	}
 	r.runAll(ctx, workers, conc, limiter)
 	if r.firstErr() == nil {
 		r.runAll(ctx, controlPlane, 1, limiter)

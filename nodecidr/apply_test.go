@@ -163,7 +163,7 @@ func TestApplyRebase(t *testing.T) {
 		hooked = append(hooked, n.Name+"="+n.Spec.PodCIDR)
 		return nil
 	}}
-	res, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Cordon: true, Hooks: []Hook{hook}, OnEvent: ev.add, Retry: fastRetry()})
+	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Hooks: []Hook{hook}, OnEvent: ev.add, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	assert.Equal(t, []string{"master1", "w1", "w2", "w3"}, res.Changed)
@@ -197,7 +197,7 @@ func TestApplyRebase(t *testing.T) {
 
 	// Idempotent: a finished plan changes nothing.
 	before := len(rec.writes())
-	res, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Cordon: true, Hooks: []Hook{hook}, Retry: fastRetry()})
+	res, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Hooks: []Hook{hook}, Retry: fastRetry()})
 	require.NoError(t, err)
 	assert.Empty(t, res.Changed)
 	assert.Len(t, res.AlreadyDone, 4)
@@ -205,7 +205,7 @@ func TestApplyRebase(t *testing.T) {
 	// A node deleted after the run (decommissioned) is not resurrected.
 	_, _, err = s.Handle(k8stesting.NewRootDeleteAction(corev1.SchemeGroupVersion.WithResource("nodes"), "w3"))
 	require.NoError(t, err)
-	res, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	res, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	require.NoError(t, err)
 	assert.Len(t, res.AlreadyDone, 4)
 	_, ok = s.Node("w3")
@@ -213,7 +213,7 @@ func TestApplyRebase(t *testing.T) {
 	before = len(rec.writes())
 	// Even with a fresh journal, the moved nodes are recognised as done
 	// (w3 is now simply gone, which makes the plan stale there).
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
 	var stale *StaleError
 	require.ErrorAs(t, err, &stale)
 	assert.Equal(t, "w3", stale.Changes[0].Node)
@@ -254,7 +254,7 @@ func TestApplyStalePlan(t *testing.T) {
 	s.Touch("w1")
 	rec := record(c)
 
-	_, err = Apply(ctx, c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	_, err = Apply(ctx, c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
 	var stale *StaleError
 	require.ErrorAs(t, err, &stale)
 	require.ErrorIs(t, err, ErrStalePlan)
@@ -267,7 +267,7 @@ func TestApplyStalePlan(t *testing.T) {
 	// StrictResourceVersion also refuses the status update.
 	p2 := rebasePlan(t, c)
 	s.Touch("w1")
-	_, err = Apply(ctx, c, p2, ApplyOptions{JournalDir: t.TempDir(), StrictResourceVersion: true, Retry: fastRetry()})
+	_, err = Apply(ctx, c, p2, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), StrictResourceVersion: true, Retry: fastRetry()})
 	require.ErrorAs(t, err, &stale)
 	assert.Equal(t, "resourceVersion", stale.Changes[0].Field)
 
@@ -277,7 +277,7 @@ func TestApplyStalePlan(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c2.CoreV1().Nodes().Patch(ctx, "b", "application/merge-patch+json", []byte(`{"spec":{"podCIDR":"10.240.7.0/24","podCIDRs":["10.240.7.0/24"]}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
-	_, err = Apply(ctx, c2, fix, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	_, err = Apply(ctx, c2, fix, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
 	require.ErrorAs(t, err, &stale)
 	assert.Equal(t, Change{Node: "b", Field: "podCIDRs", Planned: "none", Current: "10.240.7.0/24"}, stale.Changes[0])
 }
@@ -288,7 +288,7 @@ func TestApplyFixPatchesEmptyNodes(t *testing.T) {
 	p, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/12", 24)})
 	require.NoError(t, err)
 	rec := record(c)
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Cordon: true, Retry: fastRetry()})
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Cordon: true, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	assert.Equal(t, []string{"patch b", "delete b", "create b", "patch b", "patch c"}, rec.writes(), "c only needs the allowed update")
@@ -312,7 +312,7 @@ func TestApplyCreateFailsAfterDeleteThenSucceeds(t *testing.T) {
 		return false, nil, nil
 	})
 	var ev events
-	res, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), OnEvent: ev.add, Retry: fastRetry()})
+	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), OnEvent: ev.add, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	assert.Equal(t, 4, fails)
@@ -334,7 +334,7 @@ func TestApplyPermanentCreateFailureRestoresAndStops(t *testing.T) {
 	})
 	dir := t.TempDir()
 	rec := record(c)
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "restored with its old podCIDRs 10.10.1.0/24")
 	assert.NotContains(t, strings.Join(rec.writes(), ","), "w2", "the run stopped before the next node")
@@ -345,7 +345,7 @@ func TestApplyPermanentCreateFailureRestoresAndStops(t *testing.T) {
 
 	// The plan still applies once the cause is gone: the restored node is expected.
 	refuse = false
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 }
@@ -364,7 +364,7 @@ func TestApplyDeleteConflictTakesFreshBackup(t *testing.T) {
 	})
 	var ev events
 	dir := t.TempDir()
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, OnEvent: ev.add, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, OnEvent: ev.add, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	assert.Contains(t, ev.phases("w1"), PhaseRetrying)
@@ -380,7 +380,7 @@ func TestApplyChecksPermissionsFirst(t *testing.T) {
 	accesstest.Authorize(c, accesstest.Rule{Verb: "delete", Resource: "nodes"}, accesstest.Rule{Verb: "list", Resource: "pods"})
 	rec := record(c)
 	hook := DeleteNodePods(c, DeletePodsOptions{})
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Hooks: []Hook{hook}, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Hooks: []Hook{hook}, Retry: fastRetry()})
 	require.ErrorIs(t, err, access.ErrDenied)
 	assert.Contains(t, err.Error(), "delete nodes")
 	assert.Contains(t, err.Error(), "list pods")
@@ -396,7 +396,7 @@ func TestApplyDryRun(t *testing.T) {
 		rec := record(c)
 		var ev events
 		dir := filepath.Join(t.TempDir(), "journal")
-		res, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, DryRun: DryRunClient, Cordon: true, OnEvent: ev.add})
+		res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, DryRun: DryRunClient, Cordon: true, OnEvent: ev.add})
 		require.NoError(t, err)
 		assert.Empty(t, rec.writes())
 		assert.Len(t, res.Changed, 4)
@@ -411,7 +411,7 @@ func TestApplyDryRun(t *testing.T) {
 		c, s := newCluster(orig...)
 		p := rebasePlan(t, c)
 		rec := record(c)
-		res, err := Apply(ctxT(t), c, p, ApplyOptions{DryRun: DryRunServer, Cordon: true, Retry: fastRetry()})
+		res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, DryRun: DryRunServer, Cordon: true, Retry: fastRetry()})
 		require.NoError(t, err)
 		assert.Len(t, res.Changed, 4)
 		assert.NotEmpty(t, rec.writes())
@@ -435,7 +435,7 @@ func TestApplyDryRun(t *testing.T) {
 		c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "w1", field.ErrorList{field.Invalid(field.NewPath("spec", "podCIDRs"), "x", "refused by a policy")})
 		})
-		_, err := Apply(ctxT(t), c, p, ApplyOptions{DryRun: DryRunServer, Retry: fastRetry()})
+		_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, DryRun: DryRunServer, Retry: fastRetry()})
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "refused by a policy")
 	})
@@ -467,7 +467,7 @@ func TestApplyKubeletReregisters(t *testing.T) {
 				return handled, obj, err
 			})
 			var ev events
-			_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), OnEvent: ev.add, Retry: fastRetry()})
+			_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), OnEvent: ev.add, Retry: fastRetry()})
 			require.NoError(t, err)
 			checkMoved(t, s, orig, p)
 			if assigned == "" {
@@ -508,7 +508,7 @@ func TestApplySurvivesAPIServerRestarts(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Cordon: true, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Cordon: true, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 }
@@ -523,7 +523,7 @@ func TestApplyCancelAfterDeleteStillCreates(t *testing.T) {
 		cancel()
 		return false, nil, nil
 	})
-	_, err := Apply(ctx, c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	_, err := Apply(ctx, c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
 	require.ErrorIs(t, err, context.Canceled)
 	w1, ok := s.Node("w1")
 	require.True(t, ok)
@@ -542,13 +542,13 @@ func TestApplyJournalConflict(t *testing.T) {
 	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "w1", errors.New("not now"))
 	})
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Cordon: true, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Retry: fastRetry()})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nothing lost, it was not deleted")
 
 	other, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeRebase, Names: []string{"w3"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.30.0.0/16")}})
 	require.NoError(t, err)
-	_, err = Apply(ctxT(t), c, other, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	_, err = Apply(ctxT(t), c, other, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	require.ErrorIs(t, err, ErrJournalConflict)
 	assert.Contains(t, err.Error(), "w1 (backed-up)")
 }
@@ -556,22 +556,22 @@ func TestApplyJournalConflict(t *testing.T) {
 func TestApplyOptionsValidation(t *testing.T) {
 	c, _ := newCluster(storyOne()...)
 	p := rebasePlan(t, c)
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1})
 	require.ErrorIs(t, err, ErrInvalidOptions)
 	_, err = Apply(ctxT(t), c, p, ApplyOptions{DryRun: "maybe"})
 	require.ErrorIs(t, err, ErrInvalidOptions)
-	_, err = Apply(ctxT(t), c, nil, ApplyOptions{JournalDir: t.TempDir()})
+	_, err = Apply(ctxT(t), c, nil, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir()})
 	require.ErrorIs(t, err, ErrInvalidPlan)
 	dir := t.TempDir()
 	j, err := journal.Open(dir)
 	require.NoError(t, err)
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir})
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir})
 	require.ErrorIs(t, err, ErrJournalLocked)
 	require.NoError(t, j.Close())
 	bad := *p
 	bad.Steps = slices.Clone(p.Steps)
 	bad.Steps[0].NewPodCIDRs = []string{"10.20.1.1/24"}
-	_, err = Apply(ctxT(t), c, &bad, ApplyOptions{JournalDir: t.TempDir()})
+	_, err = Apply(ctxT(t), c, &bad, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir()})
 	require.ErrorIs(t, err, ErrInvalidPlan)
 }
 
@@ -597,14 +597,14 @@ func TestDeleteNodePodsHook(t *testing.T) {
 		DeleteNodePods(c, DeletePodsOptions{Namespace: "kube-flannel", LabelSelector: "app=flannel", IncludeHostNetwork: true}),
 		DeleteNodePods(c, DeletePodsOptions{}),
 	}
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Hooks: hooks, Retry: fastRetry()})
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Hooks: hooks, Retry: fastRetry()})
 	require.NoError(t, err)
 	var left []string
 	for _, p := range s.Pods() {
 		left = append(left, p.Namespace+"/"+p.Name)
 	}
 	assert.Equal(t, []string{"default/finished", "default/other-node", "kube-system/static"}, left)
-	assert.Contains(t, RequiredPermissions(ApplyOptions{Hooks: hooks}), Permission{Verb: "delete", Resource: "pods", Namespace: "kube-flannel"})
+	assert.Contains(t, RequiredPermissions(ApplyOptions{Concurrency: 1, Hooks: hooks}), Permission{Verb: "delete", Resource: "pods", Namespace: "kube-flannel"})
 }
 
 func TestRetryGivesUpOnPermanentErrors(t *testing.T) {
@@ -637,7 +637,7 @@ func TestApplyDeleteOutcomeUnknown(t *testing.T) {
 			_, _, _ = s.Handle(a) // applied, but every answer is lost
 			return true, nil, unavailable
 		})
-		_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: retry})
+		_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: retry})
 		require.NoError(t, err)
 		checkMoved(t, s, orig, p)
 	})
@@ -648,7 +648,7 @@ func TestApplyDeleteOutcomeUnknown(t *testing.T) {
 		c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, unavailable
 		})
-		_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: retry})
+		_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: retry})
 		require.Error(t, err)
 		checkMoved(t, s, orig, &Plan{}) // nothing lost, nothing changed
 	})
@@ -684,7 +684,7 @@ func TestApplyTwoRequestsPerNode(t *testing.T) {
 	c, s := newCluster(orig...)
 	p := rebasePlan(t, c)
 	rec := record(c)
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	var perNode []string
@@ -698,7 +698,7 @@ func TestApplyTwoRequestsPerNode(t *testing.T) {
 			perNode = append(perNode, v)
 		}
 	}
-	assert.Equal(t, len(RequiredPermissions(ApplyOptions{})), reviews)
+	assert.Equal(t, len(RequiredPermissions(ApplyOptions{Concurrency: 1})), reviews)
 	// w2 is already unschedulable in storyOne; without Cordon nothing is patched.
 	assert.Equal(t, []string{
 		"delete nodes w1", "create nodes w1", "delete nodes w2", "create nodes w2",
@@ -728,7 +728,7 @@ func TestApplyNodeChangedSinceList(t *testing.T) {
 	beforeFirstDelete(c, "w1", func() { require.True(t, s.Touch("w1")) })
 	rec := record(c)
 	dir := t.TempDir()
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	w1 := 0
@@ -757,7 +757,7 @@ func TestApplyNodeDeletedSinceList(t *testing.T) {
 		require.NoError(t, err)
 	})
 	dir := t.TempDir()
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
 	var stale *StaleError
 	require.ErrorAs(t, err, &stale)
 	assert.Equal(t, []Change{{Node: "w1", Field: "existence", Planned: "uid uid-w1", Current: "not found"}}, stale.Changes)
