@@ -30,10 +30,11 @@
 // mask into the list of edits and the order that keeps kube-controller-manager
 // and kube-apiserver running (nodes move before --cluster-cidr changes; a new
 // ServiceCIDR exists before --service-cluster-ip-range changes; clusterDNS
-// moves with the DNS Service). Apply makes the ConfigMap edits with the
-// resourceVersion the plan read, so a concurrent edit is refused; the manifest
-// edits are rendered as unified diffs and rewritten files for the operator to
-// apply on each control-plane node.
+// moves with the DNS Service). Every source that disagrees with the intent is
+// work, so a plan made after a partial change finishes it. Apply makes the
+// ConfigMap edits with the resourceVersion the plan read, so a concurrent
+// edit is refused; the manifest edits are rendered as unified diffs and
+// rewritten files for the operator to apply on each control-plane node.
 //
 // The package depends on cidr only among the cidrshift packages. Moving nodes,
 // CNI pools and Services is the job of nodecidr, calico, flannel and

@@ -28,7 +28,8 @@ var (
 	ErrStalePlan = errors.New("plan is stale")
 	// ErrForbidden means the caller lacks a permission Apply needs.
 	ErrForbidden = errors.New("permission denied")
-	// ErrNothingToDo means an Intent asks for nothing that differs from the cluster.
+	// ErrNothingToDo means an Intent asks for nothing that differs from the
+	// cluster: every source read already agrees with it.
 	ErrNothingToDo = errors.New("nothing to change")
 )
 

@@ -211,6 +211,17 @@ func currentFlags(s *Snapshot) (cidr.ControllerManagerFlags, bool) {
 // snapshot is not changed. Invalid intent (host bits, a bad mask) is a
 // *FieldError; a target layout the components would refuse, or that
 // overlaps, is reported in Plan.Findings and blocks Apply.
+//
+// Every source read that disagrees with the intent is work: kubeadm-config
+// (networking and extraArgs), the kube-apiserver and kube-controller-manager
+// manifests' flags, kube-proxy's clusterCIDR and the kubelet's clusterDNS.
+// So a plan made after a partial change (an Apply stopped after
+// kubeadm-config, a manifest already rewritten) makes only the edits left, in
+// the same order, and a source that already agrees is not edited (a manifest
+// not read is assumed to need its edit). ErrNothingToDo only when every
+// source read agrees. Plan.Current is the range the running components use,
+// or, when they already use the target, the first source still saying
+// another range.
 func NewPlan(s *Snapshot, in Intent, opts PlanOptions) (*Plan, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil snapshot", ErrInvalid)
@@ -271,38 +282,230 @@ func NewPlan(s *Snapshot, in Intent, opts PlanOptions) (*Plan, error) {
 		p.Target.NodeMasks = append(p.Target.NodeMasks, m)
 	}
 
-	podChange := in.PodSubnet != "" && !slices.Equal(tgtPods, curPods)
-	svcChange := in.ServiceSubnet != "" && !slices.Equal(tgtSvc, curSvc)
-	maskChange := len(curPods) > 0 && !slices.Equal(p.Target.NodeMasks, cur.NodeMasks) && (in.NodeMask != 0 || in.NodeMaskIPv6 != 0)
+	// Every source that disagrees with the target is work, not only the one
+	// the current layout is read from: a plan made after a partial Apply
+	// (kubeadm-config written, kube-proxy or kubelet-config not) finishes the
+	// change, in the same order, instead of finding nothing to do.
+	var oldPods, oldSvc []Value
+	if in.PodSubnet != "" {
+		oldPods = disagreeing(podSources(s), tgtPods)
+	}
+	if in.ServiceSubnet != "" {
+		oldSvc = disagreeing(serviceSources(s), tgtSvc)
+	}
+	dnsOff := in.ServiceSubnet != "" && len(outsideRanges(cur.ClusterDNS, tgtSvc)) > 0
+	maskIntent := in.NodeMask != 0 || in.NodeMaskIPv6 != 0
+	podChange := in.PodSubnet != "" && (!slices.Equal(tgtPods, curPods) || len(oldPods) > 0)
+	svcChange := in.ServiceSubnet != "" && (!slices.Equal(tgtSvc, curSvc) || len(oldSvc) > 0 || dnsOff)
+	maskChange := maskIntent && len(curPods) > 0 && (!slices.Equal(p.Target.NodeMasks, cur.NodeMasks) || masksDisagree(s, p.Target))
 	if !podChange && !svcChange && !maskChange {
-		return nil, fmt.Errorf("%w: the cluster already has pod CIDR %q, Service CIDR %q and node masks %v", ErrNothingToDo, cur.PodSubnet, cur.ServiceSubnet, cur.NodeMasks)
+		return nil, fmt.Errorf("%w: every source read already has pod CIDR %q, Service CIDR %q and node masks %v", ErrNothingToDo, cur.PodSubnet, cur.ServiceSubnet, cur.NodeMasks)
 	}
-	if svcChange && len(curSvc) > 0 {
-		p.Target.ClusterDNS = moveDNS(cur.ClusterDNS, curSvc, tgtSvc)
+	// The range being left: what the running components use, or, when they
+	// already use the target, the first source still saying something else.
+	fromPods := curPods
+	if podChange && slices.Equal(curPods, tgtPods) {
+		if v, ps, ok := firstRange(oldPods); ok {
+			p.Current.PodSubnet, fromPods = v, ps
+		}
 	}
-	p.Findings = targetFindings(s, tgtPods, p.Target.NodeMasks, tgtSvc)
+	fromSvc := curSvc
+	if svcChange && slices.Equal(curSvc, tgtSvc) {
+		fromSvc = nil
+		if v, ps, ok := firstRange(oldSvc); ok {
+			p.Current.ServiceSubnet, fromSvc = v, ps
+		}
+	}
+	if svcChange {
+		known := slices.Clone(fromSvc)
+		for _, v := range oldSvc {
+			if ps, _, err := cidr.ParseListLenient(v.Value); err == nil {
+				for _, q := range ps {
+					if !slices.Contains(known, q) {
+						known = append(known, q)
+					}
+				}
+			}
+		}
+		p.Target.ClusterDNS = moveDNS(cur.ClusterDNS, known, tgtSvc)
+		p.Target.ClusterDNS = dnsFallback(p, s, p.Target.ClusterDNS, tgtSvc)
+	}
+	p.Findings = append(targetFindings(s, tgtPods, p.Target.NodeMasks, tgtSvc), p.Findings...)
 
 	b := &planBuilder{p: p}
 	if err := b.configMapEdits(s, podChange, svcChange, maskChange); err != nil {
 		return nil, err
 	}
-	pause, final, err := b.controllerManagerChanges(s, podChange, svcChange, maskChange, opts)
+	pause, final, nodesMove, err := b.controllerManagerChanges(s, podChange, svcChange, maskChange, opts)
 	if err != nil {
 		return nil, err
 	}
-	var apiChanges []FlagChange
-	if svcChange {
-		apiChanges = []FlagChange{{Flag: FlagServiceClusterIPRange, Value: p.Target.ServiceSubnet}}
+	if svcChange && (s.APIServer == nil || !flagSays(s.APIServer, FlagServiceClusterIPRange, tgtSvc)) {
+		apiChanges := []FlagChange{{Flag: FlagServiceClusterIPRange, Value: p.Target.ServiceSubnet}}
 		if err := b.fileEdit(EditAPIServerFlags, "kube-apiserver", s.APIServer, APIServerManifest, apiChanges); err != nil {
 			return nil, err
 		}
 	}
-	nodesMove := podChange || maskChange
 	if nodesMove {
-		b.nodeMoves(s, curPods, tgtPods, p.Target.NodeMasks, tgtSvc)
+		b.nodeMoves(s, fromPods, tgtPods, p.Target.NodeMasks, tgtSvc)
 	}
-	b.steps(s, podChange, svcChange, maskChange, len(pause) > 0, len(final) > 0)
+	b.steps(s, podChange, svcChange, nodesMove, len(pause) > 0, len(final) > 0)
 	return p, nil
+}
+
+// dnsFallback gives each clusterDNS address still outside the target ranges
+// the tenth address of the target range of its family (kubeadm's choice) and
+// says so in a warning finding: no source read records the range it came
+// from (a partial Apply already rewrote them all), so its offset cannot be
+// kept.
+func dnsFallback(p *Plan, s *Snapshot, dns []string, to []netip.Prefix) []string {
+	out := slices.Clone(dns)
+	for i, v := range dns {
+		a, err := netip.ParseAddr(strings.TrimSpace(v))
+		if err != nil || len(outsideRanges([]string{v}, to)) == 0 {
+			continue
+		}
+		for _, t := range to {
+			if cidr.FamilyOf(t) != cidr.FamilyOf(netip.PrefixFrom(a, a.BitLen())) {
+				continue
+			}
+			n, err := cidr.NthAddr(t, cidr.DNSServiceIndex)
+			if err != nil {
+				continue
+			}
+			out[i] = n.String()
+			where := "kubelet clusterDNS"
+			if s.Kubelet != nil {
+				where = fmt.Sprintf("%s clusterDNS[%d]", s.Kubelet.Source(), i)
+			}
+			p.Findings = append(p.Findings, Finding{Severity: cidr.SeverityWarning, Code: CodeClusterDNSOutsideServiceSubnet,
+				Message: fmt.Sprintf("%s %s is outside the target Service range %s and no source read records the range it is in, so its offset cannot be kept: the plan sets %s, the tenth address kubeadm gives the DNS Service; check that the DNS Service has that address",
+					where, v, t, n),
+				Sources: []Value{{Where: where, Value: v}}})
+		}
+	}
+	return out
+}
+
+// podSources lists every place the pod range is written down, running
+// component first: kube-controller-manager's --cluster-cidr (a missing flag
+// is reported empty), kubeadm-config's controllerManager.extraArgs
+// cluster-cidr (when set) and networking.podSubnet, kube-proxy's clusterCIDR.
+func podSources(s *Snapshot) []Value {
+	var out []Value
+	if m := s.ControllerManager; m != nil {
+		v, _ := m.Flag(FlagClusterCIDR)
+		out = append(out, Value{Where: m.Source() + " --" + FlagClusterCIDR, Value: v})
+	}
+	if c := s.Kubeadm; c != nil {
+		if v, ok := c.ExtraArg(ControllerManager, FlagClusterCIDR); ok {
+			out = append(out, Value{Where: c.Source() + " controllerManager.extraArgs " + FlagClusterCIDR, Value: v})
+		}
+		out = append(out, Value{Where: c.Source() + " networking.podSubnet", Value: c.Networking().PodSubnet})
+	}
+	if kp := s.KubeProxy; kp != nil {
+		out = append(out, Value{Where: kp.Source() + " clusterCIDR", Value: kp.ClusterCIDR()})
+	}
+	return out
+}
+
+// serviceSources lists every place the Service range is written down,
+// running components first: kube-apiserver's --service-cluster-ip-range (a
+// missing flag is reported empty), kube-controller-manager's (when set),
+// kubeadm-config's apiServer and controllerManager extraArgs (when set) and
+// networking.serviceSubnet (kubeadm's default when empty).
+func serviceSources(s *Snapshot) []Value {
+	var out []Value
+	if m := s.APIServer; m != nil {
+		v, _ := m.Flag(FlagServiceClusterIPRange)
+		out = append(out, Value{Where: m.Source() + " --" + FlagServiceClusterIPRange, Value: v})
+	}
+	if m := s.ControllerManager; m != nil {
+		if v, ok := m.Flag(FlagServiceClusterIPRange); ok {
+			out = append(out, Value{Where: m.Source() + " --" + FlagServiceClusterIPRange, Value: v})
+		}
+	}
+	if c := s.Kubeadm; c != nil {
+		for _, comp := range []Component{APIServer, ControllerManager} {
+			if v, ok := c.ExtraArg(comp, FlagServiceClusterIPRange); ok {
+				out = append(out, Value{Where: c.Source() + " " + string(comp) + ".extraArgs " + FlagServiceClusterIPRange, Value: v})
+			}
+		}
+		if v := c.Networking().ServiceSubnet; v != "" {
+			out = append(out, Value{Where: c.Source() + " networking.serviceSubnet", Value: v})
+		} else {
+			out = append(out, Value{Where: c.Source() + " networking.serviceSubnet (kubeadm default)", Value: DefaultServiceSubnet})
+		}
+	}
+	return out
+}
+
+// sameRange reports whether a value read from the cluster means the target
+// ranges, parsed the way the components parse it (host bits dropped).
+func sameRange(v string, target []netip.Prefix) bool {
+	ps, _, err := cidr.ParseListLenient(v)
+	return err == nil && len(ps) > 0 && slices.Equal(ps, target)
+}
+
+// flagSays reports whether a manifest's flag means the target ranges.
+func flagSays(m *Manifest, flag string, target []netip.Prefix) bool {
+	v, ok := m.Flag(flag)
+	return ok && sameRange(v, target)
+}
+
+// disagreeing returns the sources that do not mean the target ranges.
+func disagreeing(sources []Value, target []netip.Prefix) []Value {
+	var out []Value
+	for _, v := range sources {
+		if !sameRange(v.Value, target) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// firstRange returns the first value that parses to a range, with its prefixes.
+func firstRange(vs []Value) (string, []netip.Prefix, bool) {
+	for _, v := range vs {
+		if ps, _, err := cidr.ParseListLenient(v.Value); err == nil && len(ps) > 0 {
+			return joinPrefixes(ps), ps, true
+		}
+	}
+	return "", nil, false
+}
+
+// outsideRanges returns the addresses (as written) that lie in none of the
+// ranges; an address that does not parse counts as outside.
+func outsideRanges(addrs []string, ranges []netip.Prefix) []string {
+	var out []string
+	for _, s := range addrs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || !slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// masksDisagree reports whether kube-controller-manager's flags or the ones
+// kubeadm-config renders give node masks other than the target's.
+func masksDisagree(s *Snapshot, t Layout) bool {
+	differ := func(f cidr.ControllerManagerFlags) bool {
+		f.ClusterCIDR = t.PodSubnet
+		l, _, err := cidr.ParseControllerManagerFlags(f)
+		return err != nil || !slices.Equal(l.NodeMasks, t.NodeMasks)
+	}
+	if m := s.ControllerManager; m != nil {
+		if f, err := m.ControllerManagerFlags(); err == nil && differ(f) {
+			return true
+		}
+	}
+	if c := s.Kubeadm; c != nil {
+		if f, err := c.ControllerManagerFlags(); err == nil && differ(f) {
+			return true
+		}
+	}
+	return false
 }
 
 func cmp0(a, b int) int {
@@ -441,7 +644,7 @@ func (b *planBuilder) configMapEdits(s *Snapshot, podChange, svcChange, maskChan
 			}
 		}
 		if svcChange {
-			if n.ServiceSubnet != t.ServiceSubnet {
+			if n.ServiceSubnet != t.ServiceSubnet && (n.ServiceSubnet != "" || t.ServiceSubnet != DefaultServiceSubnet) {
 				if err := c.SetServiceSubnet(t.ServiceSubnet); err != nil {
 					return err
 				}
@@ -486,7 +689,7 @@ func (b *planBuilder) configMapEdits(s *Snapshot, podChange, svcChange, maskChan
 		}
 		b.configMapEdit(EditKubeProxy, s.KubeProxyRef, kp.Bytes(), c.Bytes(), []string{change("clusterCIDR", kp.ClusterCIDR(), t.PodSubnet)})
 	}
-	if kl := s.Kubelet; kl != nil && svcChange && len(kl.ClusterDNS()) > 0 {
+	if kl := s.Kubelet; kl != nil && svcChange && len(kl.ClusterDNS()) > 0 && !slices.Equal(kl.ClusterDNS(), t.ClusterDNS) {
 		c, err := parseKubeletConfig(kl.source, kl.Bytes())
 		if err != nil {
 			return err
@@ -558,8 +761,11 @@ func (b *planBuilder) fileEdit(id, component string, m *Manifest, file string, c
 }
 
 // controllerManagerChanges adds the kube-controller-manager edits: the
-// optional pause of node IPAM, then the new flags.
-func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange, maskChange bool, opts PlanOptions) (pause, final []FlagChange, err error) {
+// optional pause of node IPAM, then the new flags. Only flags that do not
+// already mean the target are changed (all of them when no manifest was
+// read). nodesMove says whether the node IPAM flags change, so that nodes
+// must move first.
+func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange, maskChange bool, opts PlanOptions) (pause, final []FlagChange, nodesMove bool, err error) {
 	t := b.p.Target
 	km := s.ControllerManager
 	get := func(f string) (string, bool) { return "", false }
@@ -573,11 +779,10 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 		f, ferr := s.Kubeadm.ControllerManagerFlags()
 		allocate = ferr == nil && f.AllocateNodeCIDRs
 	}
-	nodesMove := podChange || maskChange
-	if nodesMove && allocate && !opts.KeepNodeIPAM {
-		pause = []FlagChange{{Flag: FlagAllocateNodeCIDRs, Value: "false"}}
-	}
-	if podChange {
+	tgtPods, _, _ := cidr.ParseListLenient(t.PodSubnet)
+	tgtSvc, _, _ := cidr.ParseListLenient(t.ServiceSubnet)
+	clusterCIDRChange := podChange && (km == nil || !flagSays(km, FlagClusterCIDR, tgtPods))
+	if clusterCIDRChange {
 		final = append(final, FlagChange{Flag: FlagClusterCIDR, Value: t.PodSubnet})
 	}
 	if maskChange || podChange {
@@ -588,12 +793,18 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 			}
 		}
 	}
+	// Nodes move before kube-controller-manager's node IPAM flags change;
+	// once they have changed, the nodes have moved.
+	nodesMove = len(final) > 0
+	if nodesMove && allocate && !opts.KeepNodeIPAM {
+		pause = []FlagChange{{Flag: FlagAllocateNodeCIDRs, Value: "false"}}
+	}
 	if svcChange {
-		if _, ok := get(FlagServiceClusterIPRange); ok || km == nil {
+		if v, ok := get(FlagServiceClusterIPRange); km == nil || (ok && !sameRange(v, tgtSvc)) {
 			final = append(final, FlagChange{Flag: FlagServiceClusterIPRange, Value: t.ServiceSubnet})
 		}
 	}
-	if len(pause) > 0 || (podChange && !allocate) {
+	if len(pause) > 0 || (clusterCIDRChange && !allocate) {
 		// Back on after the pause; or on for the first time, as kubeadm renders
 		// it whenever podSubnet is set.
 		final = append(final, FlagChange{Flag: FlagAllocateNodeCIDRs, Value: "true"})
@@ -603,23 +814,23 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 		c := km.clone()
 		if len(pause) > 0 {
 			if err := b.fileEdit(EditPauseNodeIPAM, "kube-controller-manager", km, ControllerManagerManifest, pause); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 			if err := c.Apply(pause); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 		}
 		if len(final) > 0 {
 			if err := b.fileEdit(EditControllerFlags, "kube-controller-manager", c, ControllerManagerManifest, final); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 			if err := c.Apply(final); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 		}
 		proposed, err = c.ControllerManagerFlags()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 	} else {
 		if len(pause) > 0 {
@@ -651,7 +862,7 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 			b.p.PreflightNow = &now
 		}
 	}
-	return pause, final, nil
+	return pause, final, nodesMove, nil
 }
 
 // nodeMoves lists the nodes whose podCIDRs do not fit the target and
@@ -760,7 +971,7 @@ func (b *planBuilder) nodeMoves(s *Snapshot, curPods, tgtPods []netip.Prefix, ma
 }
 
 // steps writes the ordered procedure.
-func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, maskChange, paused, kcmFinal bool) {
+func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, nodesMove, paused, kcmFinal bool) {
 	p := b.p
 	add := func(kind StepKind, edit, title, detail string) {
 		p.Steps = append(p.Steps, Step{Number: len(p.Steps) + 1, Kind: kind, Title: title, Detail: detail, Edit: edit})
@@ -768,8 +979,10 @@ func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, maskChange, pause
 	has := func(id string) bool {
 		return slices.ContainsFunc(p.ConfigMapEdits, func(e ConfigMapEdit) bool { return e.ID == id })
 	}
+	hasFile := func(id string) bool {
+		return slices.ContainsFunc(p.FileEdits, func(e FileEdit) bool { return e.ID == id })
+	}
 	t, c := p.Target, p.Current
-	nodesMove := podChange || maskChange
 	add(StepCheck, "", "Check the cluster as it is",
 		"Run the consistency check and fix every error first: a node podCIDR outside the current --cluster-cidr already crash-loops kube-controller-manager at its next restart.")
 	if podChange {
@@ -785,8 +998,10 @@ func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, maskChange, pause
 			add(StepConfigMap, EditKubeletConfig, "Point the kubelets' clusterDNS at the new DNS Service: "+strings.Join(t.ClusterDNS, ","),
 				"Apply updates ConfigMap kubelet-config. Then on every node update clusterDNS in /var/lib/kubelet/config.yaml (kubeadm upgrade node phase kubelet-config) and restart the kubelet; pods get the new resolver when they are recreated.")
 		}
-		add(StepFile, EditAPIServerFlags, fmt.Sprintf("On every control-plane node, one at a time: kube-apiserver --%s=%s", FlagServiceClusterIPRange, t.ServiceSubnet),
-			fmt.Sprintf("Rewrite %s (ApplyManifestChanges, or apply the diff); the kubelet restarts kube-apiserver. Wait until it is ready before the next node.", APIServerManifest))
+		if hasFile(EditAPIServerFlags) {
+			add(StepFile, EditAPIServerFlags, fmt.Sprintf("On every control-plane node, one at a time: kube-apiserver --%s=%s", FlagServiceClusterIPRange, t.ServiceSubnet),
+				fmt.Sprintf("Rewrite %s (ApplyManifestChanges, or apply the diff); the kubelet restarts kube-apiserver. Wait until it is ready before the next node.", APIServerManifest))
+		}
 	}
 	if nodesMove {
 		if paused {
@@ -831,7 +1046,11 @@ func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, maskChange, pause
 	if svcChange {
 		add(StepManual, "", "Reissue the kube-apiserver serving certificate with the new kubernetes Service address",
 			"The certificate names the first address of the Service range ("+firstAddrs(t.ServiceSubnet)+"). On every control-plane node move apiserver.crt and apiserver.key out of /etc/kubernetes/pki, run kubeadm init phase certs apiserver --config <file with the new serviceSubnet>, and restart kube-apiserver.")
-		add(StepExternal, "", "Retire the old Service range "+c.ServiceSubnet,
+		retire := "Retire the old Service range"
+		if c.ServiceSubnet != "" && c.ServiceSubnet != t.ServiceSubnet {
+			retire += " " + c.ServiceSubnet
+		}
+		add(StepExternal, "", retire,
 			"servicecidr package: delete the old ServiceCIDR (kubernetes), then delete Service default/kubernetes so kube-apiserver recreates it at the first address of the new range, and remove the old DNS Service.")
 	}
 	if podChange {

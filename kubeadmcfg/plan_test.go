@@ -188,8 +188,17 @@ func TestPlanWithoutManifests(t *testing.T) {
 
 func TestPlanErrors(t *testing.T) {
 	s := storyOne(t)
-	_, err := NewPlan(s, Intent{PodSubnet: "10.233.64.0/18"}, PlanOptions{})
+	_, err := NewPlan(consistent(t), Intent{PodSubnet: "10.244.0.0/16"}, PlanOptions{})
 	require.ErrorIs(t, err, ErrNothingToDo)
+	// kube-controller-manager runs with 10.233.64.0/18 but kubeadm-config
+	// says 10.20.0.0/16: asking for the running range is not nothing to do,
+	// kubeadm-config is set back; no node IPAM flag changes, no node moves.
+	back, err := NewPlan(s, Intent{PodSubnet: "10.233.64.0/18"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{EditKubeadmConfig}, editIDs(back))
+	assert.Equal(t, []string{"networking.podSubnet: 10.20.0.0/16 -> 10.233.64.0/18"}, back.ConfigMapEdits[0].Changes)
+	assert.Empty(t, back.FileEdits)
+	assert.Empty(t, back.NodeMoves)
 
 	_, err = NewPlan(s, Intent{PodSubnet: "10.233.64.1/16"}, PlanOptions{})
 	require.ErrorIs(t, err, cidr.ErrHostBitsSet)

@@ -62,6 +62,9 @@ const (
 	EventPlanChecked          EventKind = "plan-checked"
 	EventKubernetesLeftAlone  EventKind = "kubernetes-service-left"
 	EventServiceCreateSkipped EventKind = "service-create-not-checked"
+	// EventKubernetesAwaited: default/kubernetes is absent (an earlier run
+	// deleted it) and Apply waits for kube-apiserver to recreate it.
+	EventKubernetesAwaited EventKind = "kubernetes-service-awaited"
 )
 
 // Event is one step of Apply, delivered to ApplyOptions.Progress.
@@ -191,6 +194,12 @@ type applier struct {
 	gaps      []time.Duration
 	targetR   bool            // target ServiceCIDR exists and is Ready (for server dry-run)
 	recovered map[string]bool // Services recovered from the journal in this run
+	// kubeJournaled is the default/kubernetes record an earlier run left
+	// pending (it deleted the Service and did not see it recreated); kubeLive
+	// is the recreated object when recovery found one (the record is then
+	// marked done), nil while the Service is absent.
+	kubeJournaled *kubernetesRecord
+	kubeLive      *corev1.Service
 }
 
 // Apply carries out a plan: it checks the caller's permissions, recovers
@@ -358,6 +367,13 @@ func newApplier(ctx context.Context, c *Client, p *Plan, opts ApplyOptions) *app
 // such a Service is absent would not know its journaled address and could
 // hand that address to another Service. Apply recovers the same way on its
 // own, so a caller that re-applies a saved plan need not call it.
+//
+// default/kubernetes is the exception: kube-apiserver recreates it, not
+// Recover. When the journal says an interrupted run deleted it, Recover
+// reports in Result.Kubernetes whether kube-apiserver has recreated it (and
+// records that in the journal) or it is still absent (with a warning naming
+// the address it is awaited at); it does not wait. Plan with
+// PlanOptions.JournalDir then keeps it in the plan, and Apply waits for it.
 func (c *Client) Recover(ctx context.Context, opts ApplyOptions) (*Result, error) {
 	if opts.JournalDir == "" {
 		return nil, &FieldError{Field: "--journal", Reason: "Recover needs the journal directory of the interrupted run", Err: ErrInvalid}
@@ -374,15 +390,31 @@ func (c *Client) Recover(ctx context.Context, opts ApplyOptions) (*Result, error
 	defer j.Close()
 	a.j = j
 	keys, err := j.Keys("service/")
-	if err != nil || len(keys) == 0 {
+	if err != nil {
 		return a.res, err
 	}
-	if err := access.Preflight(ctx, c.kube, []access.Check{
-		{Verb: "get", Resource: "services"}, {Verb: "create", Resource: "services"},
-	}); err != nil {
+	kube, err := j.Keys(kubernetesJournalKey)
+	if err != nil || len(keys)+len(kube) == 0 {
+		return a.res, err
+	}
+	checks := []access.Check{{Verb: "get", Resource: "services"}}
+	if len(keys) > 0 {
+		checks = append(checks, access.Check{Verb: "create", Resource: "services"})
+	}
+	if err := access.Preflight(ctx, c.kube, checks); err != nil {
 		return nil, err
 	}
-	return a.res, a.recoverJournal(ctx)
+	if err := a.recoverJournal(ctx); err != nil {
+		return a.res, err
+	}
+	switch rec := a.kubeJournaled; {
+	case rec == nil:
+	case a.kubeLive != nil:
+		a.reportKubernetesRecreated(rec.move(), a.kubeLive)
+	default:
+		a.reportKubernetesAbsent(rec)
+	}
+	return a.res, nil
 }
 
 // recoverJournal finishes every Service an interrupted run left pending,
@@ -390,6 +422,9 @@ func (c *Client) Recover(ctx context.Context, opts ApplyOptions) (*Result, error
 func (a *applier) recoverJournal(ctx context.Context) error {
 	if a.j == nil {
 		return nil
+	}
+	if err := a.loadKubernetesRecord(ctx); err != nil {
+		return err
 	}
 	keys, err := a.j.Keys("service/")
 	if err != nil {
@@ -911,44 +946,66 @@ func (a *applier) freeAddrs(ctx context.Context, rec *record) ([]netip.Addr, err
 	return out, nil
 }
 
-// kubernetesService deletes default/kubernetes when asked and waits for
-// kube-apiserver to recreate it.
+// kubernetesService deletes default/kubernetes when asked, journaling the
+// delete first, and waits for kube-apiserver to recreate it. It also waits
+// for one an earlier, interrupted run deleted (the journal says so), whether
+// or not the plan knows it and whether or not deletion was asked.
 func (a *applier) kubernetesService(ctx context.Context) error {
 	k := a.p.Kubernetes
-	if k == nil {
-		return nil
+	if k == nil && a.kubeJournaled != nil {
+		k = a.kubeJournaled.move()
 	}
-	if !a.o.DeleteKubernetesService {
-		a.res.Kubernetes = fmt.Sprintf("left at %s: after every kube-apiserver runs with --service-cluster-ip-range=%s, delete it (or apply with --delete-kubernetes-service) and kube-apiserver recreates it at %s",
-			joinAddrs(k.OldIPs), joinPrefixes(a.p.To), joinAddrs(k.NewIPs))
-		a.emit(Event{Kind: EventKubernetesLeftAlone, Service: k.Key(), Message: a.res.Kubernetes})
+	if k == nil {
 		return nil
 	}
 	svcs := a.c.kube.CoreV1().Services(k.Namespace)
 	live, err := svcs.Get(ctx, k.Name, metav1.GetOptions{})
-	if err == nil && live.UID != k.UID {
-		if sameAddrs(ClusterIPs(live), k.NewIPs) {
-			a.res.Kubernetes = "already at " + joinAddrs(k.NewIPs)
-			return nil
-		}
+	absent := apierrors.IsNotFound(err)
+	if err != nil && !absent {
+		return fmt.Errorf("reading Service %s: %w", k.Key(), err)
 	}
-	if a.o.DryRun == DryRunClient {
+	switch {
+	case !absent && live.UID != k.UID && a.kubeJournaled != nil:
+		// Deleted by an earlier run, recreated since.
+		a.kubernetesDone(a.kubeJournaled, live)
+		a.reportKubernetesRecreated(k, live)
+		return nil
+	case !absent && live.UID != k.UID && sameAddrs(ClusterIPs(live), k.NewIPs):
+		a.res.Kubernetes = "already at " + joinAddrs(k.NewIPs)
+		return nil
+	case !absent && !a.o.DeleteKubernetesService:
+		a.res.Kubernetes = fmt.Sprintf("left at %s: after every kube-apiserver runs with --service-cluster-ip-range=%s, delete it (or apply with --delete-kubernetes-service) and kube-apiserver recreates it at %s",
+			joinAddrs(ClusterIPs(live)), joinPrefixes(a.p.To), joinAddrs(k.NewIPs))
+		a.emit(Event{Kind: EventKubernetesLeftAlone, Service: k.Key(), Message: a.res.Kubernetes})
+		return nil
+	case !absent && live.UID != k.UID:
+		// Recreated since planning, elsewhere than planned: report it as it is.
+		a.reportKubernetesRecreated(k, live)
+		return nil
+	case absent && a.o.DryRun != DryRunNone:
+		a.res.Kubernetes = "absent: " + kubernetesAwaited(k.NewIPs)
+		a.emit(Event{Kind: EventDryRunServiceMove, Service: k.Key(), Message: a.res.Kubernetes})
+		return nil
+	case absent:
+		// Deleted by an earlier run (or by someone else): wait for kube-apiserver.
+		why := "deleted since planning"
+		if a.kubeJournaled != nil {
+			why = "deleted by an interrupted run, says the journal"
+		}
+		a.emit(Event{Kind: EventKubernetesAwaited, Service: k.Key(), OldIPs: k.OldIPs, NewIPs: k.NewIPs,
+			Message: "absent (" + why + "); waiting up to " + a.o.ReadyTimeout.String() + " for it: " + kubernetesAwaited(k.NewIPs)})
+	case a.o.DryRun == DryRunClient:
 		a.res.Kubernetes = "would delete it; kube-apiserver recreates it at " + joinAddrs(k.NewIPs) + " if it runs with the new range"
 		a.emit(Event{Kind: EventDryRunServiceMove, Service: k.Key(), Message: a.res.Kubernetes})
 		return nil
-	}
-	if err == nil && live.UID == k.UID {
-		uid := k.UID
-		if err := svcs.Delete(ctx, k.Name, metav1.DeleteOptions{DryRun: a.dryRunOpt(), Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting Service %s: %w", k.Key(), err)
+	default:
+		if err := a.deleteKubernetes(ctx, k, live); err != nil {
+			return err
 		}
-		a.emit(Event{Kind: EventKubernetesDeleted, Service: k.Key(), OldIPs: k.OldIPs, Message: "deleted; kube-apiserver recreates it"})
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading Service %s: %w", k.Key(), err)
-	}
-	if a.o.DryRun == DryRunServer {
-		a.res.Kubernetes = "server accepted the delete (dry run)"
-		return nil
+		if a.o.DryRun == DryRunServer {
+			a.res.Kubernetes = "server accepted the delete (dry run)"
+			return nil
+		}
 	}
 	var got *corev1.Service
 	werr := poll(ctx, WaitOptions{Timeout: a.o.ReadyTimeout, Interval: a.o.PollInterval}, func() (bool, error) {
@@ -965,17 +1022,37 @@ func (a *applier) kubernetesService(ctx context.Context) error {
 	switch {
 	case errors.Is(werr, context.DeadlineExceeded):
 		a.res.Kubernetes = "deleted; kube-apiserver has not recreated it yet"
-		a.warn(fmt.Sprintf("Service %s was not recreated within %s: check kube-apiserver; its allocator must be able to hand out %s", k.Key(), a.o.ReadyTimeout, joinAddrs(k.NewIPs)))
+		a.warn(fmt.Sprintf("Service %s was not recreated within %s: check kube-apiserver; its allocator must be able to hand out %s (the journal keeps the record: Verify reports it missing, and Plan with the journal and Apply wait for it again)", k.Key(), a.o.ReadyTimeout, joinAddrs(k.NewIPs)))
 		return nil
 	case werr != nil:
 		return werr
 	}
-	ips := ClusterIPs(got)
-	a.res.Kubernetes = "recreated by kube-apiserver at " + joinAddrs(ips)
-	a.emit(Event{Kind: EventKubernetesRecreated, Service: k.Key(), OldIPs: k.OldIPs, NewIPs: ips})
-	if !sameAddrs(ips, k.NewIPs) {
-		a.warn(fmt.Sprintf("kube-apiserver recreated %s at %s, not %s: some kube-apiserver still runs with the old --service-cluster-ip-range", k.Key(), joinAddrs(ips), joinAddrs(k.NewIPs)))
+	var rec kubernetesRecord
+	if a.j != nil {
+		if ok, err := a.j.Get(kubernetesJournalKey, &rec); err == nil && ok {
+			a.kubernetesDone(&rec, got)
+		}
 	}
+	a.reportKubernetesRecreated(k, got)
+	return nil
+}
+
+// deleteKubernetes deletes default/kubernetes (UID precondition), journaling
+// the delete first so that a run killed before kube-apiserver recreates it
+// still knows, on the next run, what was deleted and where it is awaited.
+func (a *applier) deleteKubernetes(ctx context.Context, k *Move, live *corev1.Service) error {
+	if a.j != nil {
+		rec := kubernetesRecord{Phase: phasePending, Service: k.Key(), OldUID: live.UID, OldIPs: ClusterIPs(live),
+			NewIPs: k.NewIPs, To: a.p.To, Recorded: time.Now()}
+		if err := a.j.Put(kubernetesJournalKey, &rec); err != nil {
+			return fmt.Errorf("journaling Service %s before deleting it: %w", k.Key(), err)
+		}
+	}
+	uid := k.UID
+	if err := a.c.kube.CoreV1().Services(k.Namespace).Delete(ctx, k.Name, metav1.DeleteOptions{DryRun: a.dryRunOpt(), Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Service %s: %w", k.Key(), err)
+	}
+	a.emit(Event{Kind: EventKubernetesDeleted, Service: k.Key(), OldIPs: k.OldIPs, Message: "deleted; kube-apiserver recreates it"})
 	return nil
 }
 

@@ -45,9 +45,13 @@
 // It checks permissions first, supports client and server dry runs, reports
 // progress through a callback, measures how long each Service was absent,
 // retries creates while the new range is not yet allocatable, and explains
-// Kubernetes 1.33's allocator dual-write refusal.
+// Kubernetes 1.33's allocator dual-write refusal. Deleting default/kubernetes
+// (when asked) is journaled too: if the run dies before kube-apiserver has
+// recreated it, Recover reports it absent, Plan with the journal keeps it in
+// the plan, and Apply waits for it.
 //
-// Client.Verify proves the end state.
+// Client.Verify proves the end state, including that default/kubernetes
+// exists at the first address of the new range.
 //
 // The servicecidrtest subpackage is a fake control plane whose reactors
 // enforce the API server's rules, for tests of code built on this package.

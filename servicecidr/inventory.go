@@ -30,6 +30,11 @@ type Snapshot struct {
 	Nodes []NodeInfo `json:"nodes,omitempty"`
 	// Pods is filled when asked for and readable.
 	Pods []PodInfo `json:"pods,omitempty"`
+	// KubernetesDeleted is the journal's record that an interrupted Apply
+	// deleted default/kubernetes and did not see kube-apiserver recreate it.
+	// Client.Plan fills it from PlanOptions.JournalDir; BuildPlan plans that
+	// Service from it while it is absent.
+	KubernetesDeleted *KubernetesDeletion `json:"kubernetesDeleted,omitempty"`
 }
 
 // NodeInfo is what the validation needs of a Node.

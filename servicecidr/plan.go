@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -75,6 +78,14 @@ type PlanOptions struct {
 	// networks, AllowWellKnown). KubernetesMinor, ForFlag, Avoid and Existing
 	// are filled in from the snapshot and From.
 	Validate ValidateOptions
+	// JournalDir is the journal of earlier Apply runs. When set, Client.Plan
+	// reads it: a default/kubernetes an interrupted run deleted, and that
+	// kube-apiserver has not recreated yet, stays in the plan (Plan.Kubernetes,
+	// so Apply waits for it); a Service an interrupted run deleted and that
+	// Recover has not recreated yet is an error (ErrServiceLost), since the
+	// plan could hand its address to another Service. BuildPlan uses
+	// Snapshot.KubernetesDeleted instead.
+	JournalDir string `json:"-"`
 }
 
 // Plan is a reviewed, serialisable description of a Service move. It records
@@ -176,11 +187,20 @@ type ManualStep struct {
 }
 
 // Plan reads the cluster (with nodes, for conflict checks, and pods, to list
-// those that must restart) and computes a move plan with BuildPlan.
+// those that must restart) and, when opts.JournalDir is set, the journal of
+// earlier runs, and computes a move plan with BuildPlan.
 func (c *Client) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 	s, err := c.Snapshot(ctx, SnapshotOptions{Nodes: true, Pods: true})
 	if err != nil {
 		return nil, err
+	}
+	if opts.JournalDir != "" {
+		if s.KubernetesDeleted, err = readJournaledKubernetes(opts.JournalDir, s); err != nil {
+			return nil, err
+		}
+		if d := s.KubernetesDeleted; d != nil {
+			logr.FromContextOrDiscard(ctx).Info("the journal records default/kubernetes deleted by an interrupted run", "journal", d.JournalDir, "uid", d.UID, "oldIPs", d.OldIPs)
+		}
 	}
 	return BuildPlan(s, opts)
 }
@@ -189,7 +209,10 @@ func (c *Client) Plan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 // deterministic. It moves every Service with a ClusterIP in From except
 // headless and ExternalName ones (nothing to move) and, unless asked,
 // LoadBalancer ones. The DNS Service comes first; default/kubernetes is not
-// recreated by Apply (see Plan.Kubernetes).
+// recreated by Apply (see Plan.Kubernetes). While default/kubernetes is
+// absent and s.KubernetesDeleted says an interrupted Apply deleted it, the
+// plan keeps it, from the journal's record, so that Apply waits for
+// kube-apiserver to recreate it.
 func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 	if s == nil {
 		return nil, &FieldError{Field: "snapshot", Reason: "no snapshot", Err: ErrInvalid}
@@ -384,6 +407,12 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 		}
 		moves = append(moves, m)
 	}
+	kubeFromJournal := false
+	if d := s.KubernetesDeleted; d != nil && len(d.OldIPs) > 0 && d.UID != "" && !slices.ContainsFunc(s.Services, func(svc corev1.Service) bool { return svcKey(&svc) == KubernetesService }) {
+		kubeFromJournal = true
+		moves = append(moves, &Move{Namespace: "default", Name: "kubernetes", UID: d.UID, Role: "kubernetes", OldIPs: slices.Clone(d.OldIPs),
+			Note: fmt.Sprintf("deleted by an interrupted apply at %s (journal %s); kube-apiserver has not recreated it yet", d.Deleted.UTC().Format(time.RFC3339), d.JournalDir)})
+	}
 
 	// New addresses: first every offset target, then free ones.
 	assigned := map[netip.Addr]string{}
@@ -461,6 +490,11 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 		switch m.Role {
 		case "kubernetes":
 			p.Kubernetes = m
+			if kubeFromJournal {
+				p.Warnings = append(p.Warnings, fmt.Sprintf("Service %s does not exist: an interrupted apply deleted it (uid %s, %s) and kube-apiserver has not recreated it yet; "+
+					"kube-apiserver recreates it from its --service-cluster-ip-range, at %s once every kube-apiserver runs with %s; apply waits for it",
+					m.Key(), m.UID, joinAddrs(m.OldIPs), joinAddrs(m.NewIPs), joinPrefixes(opts.To)))
+			}
 			continue
 		case "dns":
 			p.DNS = &AddressChange{Namespace: m.Namespace, Name: m.Name, OldIPs: m.OldIPs, NewIPs: m.NewIPs}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -22,6 +23,11 @@ type VerifyOptions struct {
 	// DNSIPs, when set, the addresses it must have.
 	DNSService string
 	DNSIPs     []netip.Addr
+	// KubernetesIPs, when set, are the addresses default/kubernetes must have
+	// (Plan.Kubernetes.NewIPs). Whether set or not, default/kubernetes must
+	// exist, and a ClusterIP of it inside To must be the first address of its
+	// range: the one kube-apiserver gives it and its serving certificate names.
+	KubernetesIPs []netip.Addr
 	// IncludeLoadBalancers makes a LoadBalancer Service outside To an error
 	// instead of a warning.
 	IncludeLoadBalancers bool
@@ -70,7 +76,10 @@ func (c *Client) Verify(ctx context.Context, opts VerifyOptions) (*Verification,
 // range; every ClusterIP (headless and ExternalName Services have none) lies
 // in the new ranges; no two Services share an address; each address has its
 // IPAddress object where the API is served; the DNS Service has its expected
-// address; and what became of the old ServiceCIDRs.
+// address; default/kubernetes exists (an Apply killed right after deleting
+// it, with kube-apiserver slow or down, leaves it missing) at the first
+// address of the new range once it is there; and what became of the old
+// ServiceCIDRs.
 func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 	if err := ValidateCIDRs("--to", opts.To); err != nil {
 		return nil, err
@@ -103,6 +112,7 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 		byIP[ip.IP] = ip
 	}
 	holders := map[netip.Addr][]string{}
+	kubeFound := false
 	for i := range s.Services {
 		svc := &s.Services[i]
 		ips := ClusterIPs(svc)
@@ -112,6 +122,7 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 		v.Services++
 		key := svcKey(svc)
 		obj := "services/" + key
+		kubeFound = kubeFound || key == KubernetesService
 		for _, ip := range ips {
 			holders[ip] = append(holders[ip], key)
 			fam := cidr.FamilyOf(netip.PrefixFrom(ip, ip.BitLen()))
@@ -119,9 +130,14 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 			switch {
 			case !ok:
 				// A family the move does not cover.
+			case usableContains(to, ip) && key == KubernetesService:
+				if first := firstAddrs([]netip.Prefix{to}); len(first) == 1 && ip != first[0] {
+					add(SeverityError, obj, "ClusterIP %s is not %s, the first address of %s that kube-apiserver gives default/kubernetes (and that its serving certificate names): "+
+						"kube-apiserver did not create it from --service-cluster-ip-range=%s; delete it and kube-apiserver recreates it at %s", ip, first[0], to, joinPrefixes(opts.To), first[0])
+				}
 			case usableContains(to, ip):
 			case key == KubernetesService:
-				add(SeverityWarning, obj, "%s is outside %s: once every kube-apiserver runs with --service-cluster-ip-range=%s, delete it and kube-apiserver recreates it in the new range", ip, to, joinPrefixes(opts.To))
+				add(SeverityWarning, obj, "%s is outside %s: once every kube-apiserver runs with --service-cluster-ip-range=%s, delete it and kube-apiserver recreates it at %s", ip, to, joinPrefixes(opts.To), joinAddrs(firstAddrs([]netip.Prefix{to})))
 			case svc.Spec.Type == corev1.ServiceTypeLoadBalancer && !opts.IncludeLoadBalancers:
 				add(SeverityWarning, obj, "LoadBalancer Service left at %s, outside %s (it keeps the old ServiceCIDR Terminating)", ip, to)
 			default:
@@ -140,6 +156,21 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 		if svc.Namespace == dnsNS && svc.Name == dnsName && len(opts.DNSIPs) > 0 && !sameAddrs(ips, opts.DNSIPs) {
 			add(SeverityError, obj, "the DNS Service has %s, expected %s (kubelet clusterDNS must match it)", joinAddrs(ips), joinAddrs(opts.DNSIPs))
 		}
+		if key == KubernetesService && len(opts.KubernetesIPs) > 0 && !sameAddrs(ips, opts.KubernetesIPs) {
+			add(SeverityError, obj, "Service %s has ClusterIP %s, expected %s (the first address of the new range, where kube-apiserver recreates it from --service-cluster-ip-range)", key, joinAddrs(ips), joinAddrs(opts.KubernetesIPs))
+		}
+	}
+	if !kubeFound {
+		want := joinAddrs(opts.KubernetesIPs)
+		if want == "" {
+			first := firstAddrs(opts.To)
+			want = joinAddrs(first) + " (the first address of " + joinPrefixes(opts.To) + ")"
+			if len(first) > 1 {
+				want = strings.Join(addrStrings(first), " or ") + " (the first address of kube-apiserver's primary range, " + joinPrefixes(opts.To) + ")"
+			}
+		}
+		add(SeverityError, "services/"+KubernetesService, "Service %s does not exist: kube-apiserver recreates it from its --service-cluster-ip-range within seconds, expected at %s; "+
+			"if it stays missing, check that every kube-apiserver is running and with which range (in-cluster clients reach the API server through it)", KubernetesService, want)
 	}
 	dups := make([]netip.Addr, 0)
 	for ip, hs := range holders {
@@ -178,4 +209,12 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 		}
 	}
 	return v, nil
+}
+
+func addrStrings(as []netip.Addr) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.String()
+	}
+	return out
 }

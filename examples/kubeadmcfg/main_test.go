@@ -165,7 +165,7 @@ func TestBadInput(t *testing.T) {
 		{offline("set", "--pod-subnet", "10.20.0.0/16", "--dry-run=server"), "--dry-run=server needs --apply"},
 		{offline("set", "--pod-subnet", "10.20.0.0/16", "--apply"), "--apply updates ConfigMaps in a cluster"},
 		{offline("set", "--pod-subnet", "10.20.0.0/16", "--apply", "--dry-run=later"), "must be none, client or server"},
-		{offline("set", "--pod-subnet", "10.233.64.0/18"), "nothing to change"},
+		{offline("set", "--service-subnet", "10.233.0.0/18"), "nothing to change"},
 		{[]string{"check", "--kubeadm-config", "testdata/missing.yaml"}, "--kubeadm-config: open testdata/missing.yaml"},
 		{[]string{"check", "--kubeadm-config", "testdata/nodes.yaml"}, "no ClusterConfiguration document"},
 		{[]string{"check", "--offline", "--kubeconfig", "x"}, "--offline contradicts"},

@@ -650,7 +650,11 @@ func (r *runbook) moveServices(sr *StepReport) error {
 			return err
 		}
 	}
-	p, err := r.c.Plan(r.ctx, r.planOptions())
+	po := r.planOptions()
+	if r.mode == "apply" {
+		po.JournalDir = ao.JournalDir // keeps a default/kubernetes the run deleted in the plan until it is back
+	}
+	p, err := r.c.Plan(r.ctx, po)
 	if err != nil {
 		return err
 	}

@@ -545,6 +545,9 @@ func (a *app) apply(args []string) error {
 		if _, err := c.Recover(a.ctx, ao); err != nil {
 			return err
 		}
+		// The journal also keeps a default/kubernetes it deleted that
+		// kube-apiserver has not recreated yet in the plan, so Apply waits.
+		o.JournalDir = journalDir
 		if p, err = c.Plan(a.ctx, o); err != nil {
 			return err
 		}

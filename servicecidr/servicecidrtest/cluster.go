@@ -133,6 +133,7 @@ type Cluster struct {
 	ips       map[netip.Addr]string // address -> namespace/name
 	nodePorts map[int32]string
 	kubeAt    int // request count at which default/kubernetes is recreated; -1 none
+	kubeHeld  bool
 	apiRange  []netip.Prefix
 	createErr func(*corev1.Service) error
 	writes    []string
@@ -265,6 +266,17 @@ func (c *Cluster) SetAPIServerRange(s string) error {
 	defer c.mu.Unlock()
 	c.apiRange = ps
 	return nil
+}
+
+// HoldKubernetesService models a kube-apiserver that is slow or down: while
+// held, a deleted default/kubernetes is not recreated (everything else still
+// answers). Releasing the hold lets the reconciler recreate it at the next
+// request (once ControllerDelay requests have passed since the delete), as a
+// kube-apiserver that catches up or starts again does.
+func (c *Cluster) HoldKubernetesService(hold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kubeHeld = hold
 }
 
 // KillAfter lets n more requests through; the next one is not processed:
@@ -490,7 +502,7 @@ func (c *Cluster) reconcile(now bool) {
 				c.scs["kubernetes"] = st
 			}
 		}
-		if _, ok := c.services["default/kubernetes"]; !ok && c.kubeAt >= 0 && due(c.kubeAt) {
+		if _, ok := c.services["default/kubernetes"]; !ok && !c.kubeHeld && c.kubeAt >= 0 && due(c.kubeAt) {
 			var ips []string
 			for _, p := range c.apiRange {
 				ips = append(ips, p.Addr().Next().String())

@@ -273,6 +273,24 @@ func TestKubeAPIServerRecreatesItsObjects(t *testing.T) {
 	assert.Equal(t, "10.96.0.1", k.Spec.ClusterIP)
 }
 
+func TestHoldKubernetesServiceModelsASlowKubeAPIServer(t *testing.T) {
+	c := base(t, Options{APIServerRange: "10.96.0.0/16", Services: []*corev1.Service{svc("default", "kubernetes", "10.96.0.1")}})
+	c.HoldKubernetesService(true)
+	require.NoError(t, c.Kube.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}))
+	c.Reconcile()
+	_, err := c.Kube.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "held: not recreated, however many requests pass (%v)", err)
+	_, ok := c.Service("default", "kubernetes")
+	assert.False(t, ok)
+
+	c.HoldKubernetesService(false)
+	_, err = c.Kube.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	require.NoError(t, err, "released: the next request finds it recreated")
+	k, ok := c.Service("default", "kubernetes")
+	require.True(t, ok)
+	assert.Equal(t, []string{"10.96.0.1"}, k.Spec.ClusterIPs)
+}
+
 func TestNewRefusesBadOptions(t *testing.T) {
 	_, err := New(Options{Version: "v2"})
 	assert.ErrorContains(t, err, `version "v2"`)

@@ -22,7 +22,8 @@
 //     nothing, server-set uid/resourceVersion/creationTimestamp (the stock
 //     fake sets none of them).
 //   - kube-apiserver recreating default/kubernetes (and the "kubernetes"
-//     ServiceCIDR) from its --service-cluster-ip-range.
+//     ServiceCIDR) from its --service-cluster-ip-range, or not doing so yet
+//     (HoldKubernetesService: a slow or stopped kube-apiserver).
 //   - A process that dies: after KillAfter(n) every request fails.
 //
 // Nodes, pods and other objects go to the stock object tracker.
