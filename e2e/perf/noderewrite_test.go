@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,7 +174,9 @@ func TestNodeRewrite(t *testing.T) {
 	fsyncMid := journalPutLatency(t, 200)
 	defConc, defRate := flagDefault(t, bin, "concurrency"), flagDefault(t, bin, "rate")
 	defName := fmt.Sprintf("noderecreate (defaults: --concurrency %s --rate %s)", defConc, defRate)
-	def := e.measure(t, defName, "cidrshift-noderecreate", 1, defRate+" (default)", func() (timing.Summary, int) {
+	defConcN, err := strconv.Atoi(defConc)
+	require.NoError(t, err, "default of -concurrency")
+	def := e.measure(t, defName, "cidrshift-noderecreate", defConcN, defRate+" (default)", func() (timing.Summary, int) {
 		return e.noderecreate(t, bin)
 	})
 	runs = append(runs, def)
@@ -255,13 +258,28 @@ func TestNodeRewrite(t *testing.T) {
 	report(t, "noderewrite", out.String())
 }
 
-// flagDefault returns the default of a flag as bin -h prints it ("" if none).
+// flagDefault returns the default of a flag as bin -h prints it: the flag
+// package prints "(default X)" at the end of a flag's usage unless X is the
+// zero value of its type ("0" for numbers, "" for strings, false).
 func flagDefault(t *testing.T, bin, name string) string {
 	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits 0 or 2 depending on the flag package's mode
-	re := regexp.MustCompile(`(?m)^\s+-` + regexp.QuoteMeta(name) + `\b.*\n(?:\s{4,}.*\n)*?.*\(default ([^)]*)\)`)
-	m := re.FindSubmatch(out)
-	require.NotNil(t, m, "default of -%s in %s -h:\n%s", name, bin, out)
-	return string(m[1])
+	blocks := regexp.MustCompile(`(?m)^  -`).Split(string(out), -1)
+	for _, b := range blocks {
+		head, _, _ := strings.Cut(b, "\n")
+		fields := strings.Fields(head)
+		if len(fields) == 0 || fields[0] != name {
+			continue
+		}
+		if m := regexp.MustCompile(`\(default ([^)]*)\)\s*$`).FindStringSubmatch(b); m != nil {
+			return m[1]
+		}
+		if len(fields) > 1 && (strings.HasPrefix(fields[1], "int") || strings.HasPrefix(fields[1], "uint") || fields[1] == "float") {
+			return "0"
+		}
+		return ""
+	}
+	t.Fatalf("no flag -%s in %s -h:\n%s", name, bin, out)
+	return ""
 }
 
 // journalPutLatency times n sequential journal records like the ones Apply
