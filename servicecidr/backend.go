@@ -97,22 +97,40 @@ func parseIPAddress(name string, labels map[string]string, ref ParentRef) (IPAdd
 	return IPAddress{IP: ip.Unmap(), ParentRef: ref, ManagedBy: labels[LabelManagedBy]}, true
 }
 
-// --- networking.k8s.io/v1 ---
+// --- the typed clients: networking.k8s.io/v1 and v1beta1 ---
 
-type v1Backend struct{ c kubernetes.Interface }
-
-func fromV1(o *networkingv1.ServiceCIDR) (ServiceCIDR, error) {
-	return convert(o.Name, o.ObjectMeta, o.Spec.CIDRs, o.Status.Conditions)
+// typedClient is what backends use of a typed ServiceCIDR client; T is the
+// object pointer type and L the list pointer type of one API version.
+type typedClient[T, L any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
-func (b v1Backend) list(ctx context.Context) ([]ServiceCIDR, error) {
-	l, err := b.c.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+// typedBackend implements backend over one version's typed client; the
+// version-specific parts are its functions.
+type typedBackend[T, L any] struct {
+	client typedClient[T, L]
+	// from converts an object; items returns pointers to a list's objects.
+	from  func(T) (ServiceCIDR, error)
+	items func(L) []T
+	// build makes a new object; set returns a copy of obj with these CIDRs
+	// and labels.
+	build func(meta metav1.ObjectMeta, cidrs []string) T
+	set   func(obj T, cidrs []string, labels map[string]string, resourceVersion string) T
+}
+
+func (b typedBackend[T, L]) list(ctx context.Context) ([]ServiceCIDR, error) {
+	l, err := b.client.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ServiceCIDR, 0, len(l.Items))
-	for i := range l.Items {
-		sc, err := fromV1(&l.Items[i])
+	items := b.items(l)
+	out := make([]ServiceCIDR, 0, len(items))
+	for _, o := range items {
+		sc, err := b.from(o)
 		if err != nil {
 			return nil, err
 		}
@@ -121,150 +139,143 @@ func (b v1Backend) list(ctx context.Context) ([]ServiceCIDR, error) {
 	return out, nil
 }
 
-func (b v1Backend) get(ctx context.Context, name string) (ServiceCIDR, error) {
-	o, err := b.c.NetworkingV1().ServiceCIDRs().Get(ctx, name, metav1.GetOptions{})
+func (b typedBackend[T, L]) get(ctx context.Context, name string) (ServiceCIDR, error) {
+	o, err := b.client.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return ServiceCIDR{}, err
 	}
-	return fromV1(o)
+	return b.from(o)
 }
 
-func (b v1Backend) create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
+func (b typedBackend[T, L]) create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
 	m := objectMeta(sc)
 	m.ResourceVersion = ""
-	o, err := b.c.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: m,
-		Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrStrings(sc.CIDRs)}}, metav1.CreateOptions{DryRun: dryRun})
+	o, err := b.client.Create(ctx, b.build(m, cidrStrings(sc.CIDRs)), metav1.CreateOptions{DryRun: dryRun})
 	if err != nil {
 		return ServiceCIDR{}, err
 	}
-	return fromV1(o)
+	return b.from(o)
 }
 
-func (b v1Backend) update(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
-	live, err := b.c.NetworkingV1().ServiceCIDRs().Get(ctx, sc.Name, metav1.GetOptions{})
+func (b typedBackend[T, L]) update(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
+	live, err := b.client.Get(ctx, sc.Name, metav1.GetOptions{})
 	if err != nil {
 		return ServiceCIDR{}, err
 	}
-	live = live.DeepCopy()
-	live.Spec.CIDRs = cidrStrings(sc.CIDRs)
-	live.Labels = sc.Labels
-	if sc.ResourceVersion != "" {
-		live.ResourceVersion = sc.ResourceVersion
-	}
-	o, err := b.c.NetworkingV1().ServiceCIDRs().Update(ctx, live, metav1.UpdateOptions{DryRun: dryRun})
+	o, err := b.client.Update(ctx, b.set(live, cidrStrings(sc.CIDRs), sc.Labels, sc.ResourceVersion), metav1.UpdateOptions{DryRun: dryRun})
 	if err != nil {
 		return ServiceCIDR{}, err
 	}
-	return fromV1(o)
+	return b.from(o)
 }
 
-func (b v1Backend) delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	return b.c.NetworkingV1().ServiceCIDRs().Delete(ctx, name, opts)
+func (b typedBackend[T, L]) delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return b.client.Delete(ctx, name, opts)
 }
 
-type v1IPBackend struct{ c kubernetes.Interface }
+// setMeta applies update's metadata rule to a live object's copy.
+func setMeta(m *metav1.ObjectMeta, labels map[string]string, resourceVersion string) {
+	m.Labels = labels
+	if resourceVersion != "" {
+		m.ResourceVersion = resourceVersion
+	}
+}
 
-func (b v1IPBackend) listIPs(ctx context.Context) ([]IPAddress, error) {
-	l, err := b.c.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+func ptrs[E any](items []E) []*E {
+	out := make([]*E, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+func v1Backend(c kubernetes.Interface) backend {
+	return typedBackend[*networkingv1.ServiceCIDR, *networkingv1.ServiceCIDRList]{
+		client: c.NetworkingV1().ServiceCIDRs(),
+		from: func(o *networkingv1.ServiceCIDR) (ServiceCIDR, error) {
+			return convert(o.Name, o.ObjectMeta, o.Spec.CIDRs, o.Status.Conditions)
+		},
+		items: func(l *networkingv1.ServiceCIDRList) []*networkingv1.ServiceCIDR { return ptrs(l.Items) },
+		build: func(m metav1.ObjectMeta, cidrs []string) *networkingv1.ServiceCIDR {
+			return &networkingv1.ServiceCIDR{ObjectMeta: m, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+		},
+		set: func(o *networkingv1.ServiceCIDR, cidrs []string, labels map[string]string, rv string) *networkingv1.ServiceCIDR {
+			o = o.DeepCopy()
+			o.Spec.CIDRs = cidrs
+			setMeta(&o.ObjectMeta, labels, rv)
+			return o
+		},
+	}
+}
+
+func v1beta1Backend(c kubernetes.Interface) backend {
+	return typedBackend[*networkingv1beta1.ServiceCIDR, *networkingv1beta1.ServiceCIDRList]{
+		client: c.NetworkingV1beta1().ServiceCIDRs(),
+		from: func(o *networkingv1beta1.ServiceCIDR) (ServiceCIDR, error) {
+			return convert(o.Name, o.ObjectMeta, o.Spec.CIDRs, o.Status.Conditions)
+		},
+		items: func(l *networkingv1beta1.ServiceCIDRList) []*networkingv1beta1.ServiceCIDR { return ptrs(l.Items) },
+		build: func(m metav1.ObjectMeta, cidrs []string) *networkingv1beta1.ServiceCIDR {
+			return &networkingv1beta1.ServiceCIDR{ObjectMeta: m, Spec: networkingv1beta1.ServiceCIDRSpec{CIDRs: cidrs}}
+		},
+		set: func(o *networkingv1beta1.ServiceCIDR, cidrs []string, labels map[string]string, rv string) *networkingv1beta1.ServiceCIDR {
+			o = o.DeepCopy()
+			o.Spec.CIDRs = cidrs
+			setMeta(&o.ObjectMeta, labels, rv)
+			return o
+		},
+	}
+}
+
+// typedIPBackend lists IPAddress objects through one version's typed client.
+type typedIPBackend[L any] struct {
+	list func(ctx context.Context, opts metav1.ListOptions) (L, error)
+	// each calls f with every object's name, labels and parent reference.
+	each func(l L, f func(name string, labels map[string]string, ref ParentRef))
+}
+
+func (b typedIPBackend[L]) listIPs(ctx context.Context) ([]IPAddress, error) {
+	l, err := b.list(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]IPAddress, 0, len(l.Items))
-	for _, o := range l.Items {
-		var ref ParentRef
-		if r := o.Spec.ParentRef; r != nil {
-			ref = ParentRef{Group: r.Group, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}
-		}
-		if ip, ok := parseIPAddress(o.Name, o.Labels, ref); ok {
+	out := []IPAddress{}
+	b.each(l, func(name string, labels map[string]string, ref ParentRef) {
+		if ip, ok := parseIPAddress(name, labels, ref); ok {
 			out = append(out, ip)
 		}
-	}
+	})
 	return out, nil
 }
 
-// --- networking.k8s.io/v1beta1 ---
-
-type v1beta1Backend struct{ c kubernetes.Interface }
-
-func fromV1beta1(o *networkingv1beta1.ServiceCIDR) (ServiceCIDR, error) {
-	return convert(o.Name, o.ObjectMeta, o.Spec.CIDRs, o.Status.Conditions)
+func v1IPBackend(c kubernetes.Interface) ipBackend {
+	return typedIPBackend[*networkingv1.IPAddressList]{
+		list: c.NetworkingV1().IPAddresses().List,
+		each: func(l *networkingv1.IPAddressList, f func(string, map[string]string, ParentRef)) {
+			for _, o := range l.Items {
+				var ref ParentRef
+				if r := o.Spec.ParentRef; r != nil {
+					ref = ParentRef{Group: r.Group, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}
+				}
+				f(o.Name, o.Labels, ref)
+			}
+		},
+	}
 }
 
-func (b v1beta1Backend) list(ctx context.Context) ([]ServiceCIDR, error) {
-	l, err := b.c.NetworkingV1beta1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
+func v1beta1IPBackend(c kubernetes.Interface) ipBackend {
+	return typedIPBackend[*networkingv1beta1.IPAddressList]{
+		list: c.NetworkingV1beta1().IPAddresses().List,
+		each: func(l *networkingv1beta1.IPAddressList, f func(string, map[string]string, ParentRef)) {
+			for _, o := range l.Items {
+				var ref ParentRef
+				if r := o.Spec.ParentRef; r != nil {
+					ref = ParentRef{Group: r.Group, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}
+				}
+				f(o.Name, o.Labels, ref)
+			}
+		},
 	}
-	out := make([]ServiceCIDR, 0, len(l.Items))
-	for i := range l.Items {
-		sc, err := fromV1beta1(&l.Items[i])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sc)
-	}
-	return out, nil
-}
-
-func (b v1beta1Backend) get(ctx context.Context, name string) (ServiceCIDR, error) {
-	o, err := b.c.NetworkingV1beta1().ServiceCIDRs().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return ServiceCIDR{}, err
-	}
-	return fromV1beta1(o)
-}
-
-func (b v1beta1Backend) create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
-	m := objectMeta(sc)
-	m.ResourceVersion = ""
-	o, err := b.c.NetworkingV1beta1().ServiceCIDRs().Create(ctx, &networkingv1beta1.ServiceCIDR{ObjectMeta: m,
-		Spec: networkingv1beta1.ServiceCIDRSpec{CIDRs: cidrStrings(sc.CIDRs)}}, metav1.CreateOptions{DryRun: dryRun})
-	if err != nil {
-		return ServiceCIDR{}, err
-	}
-	return fromV1beta1(o)
-}
-
-func (b v1beta1Backend) update(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
-	live, err := b.c.NetworkingV1beta1().ServiceCIDRs().Get(ctx, sc.Name, metav1.GetOptions{})
-	if err != nil {
-		return ServiceCIDR{}, err
-	}
-	live = live.DeepCopy()
-	live.Spec.CIDRs = cidrStrings(sc.CIDRs)
-	live.Labels = sc.Labels
-	if sc.ResourceVersion != "" {
-		live.ResourceVersion = sc.ResourceVersion
-	}
-	o, err := b.c.NetworkingV1beta1().ServiceCIDRs().Update(ctx, live, metav1.UpdateOptions{DryRun: dryRun})
-	if err != nil {
-		return ServiceCIDR{}, err
-	}
-	return fromV1beta1(o)
-}
-
-func (b v1beta1Backend) delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	return b.c.NetworkingV1beta1().ServiceCIDRs().Delete(ctx, name, opts)
-}
-
-type v1beta1IPBackend struct{ c kubernetes.Interface }
-
-func (b v1beta1IPBackend) listIPs(ctx context.Context) ([]IPAddress, error) {
-	l, err := b.c.NetworkingV1beta1().IPAddresses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]IPAddress, 0, len(l.Items))
-	for _, o := range l.Items {
-		var ref ParentRef
-		if r := o.Spec.ParentRef; r != nil {
-			ref = ParentRef{Group: r.Group, Resource: r.Resource, Namespace: r.Namespace, Name: r.Name}
-		}
-		if ip, ok := parseIPAddress(o.Name, o.Labels, ref); ok {
-			out = append(out, ip)
-		}
-	}
-	return out, nil
 }
 
 // --- any version through the dynamic client (v1alpha1 is gone from k8s.io/api) ---

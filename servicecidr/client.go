@@ -117,9 +117,9 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 
 	switch c.version {
 	case V1:
-		c.sc = v1Backend{opts.Kube}
+		c.sc = v1Backend(opts.Kube)
 	case V1beta1:
-		c.sc = v1beta1Backend{opts.Kube}
+		c.sc = v1beta1Backend(opts.Kube)
 	case V1alpha1:
 		if opts.Dynamic == nil {
 			return nil, &FieldError{Field: "Options.Dynamic", Reason: "the cluster serves ServiceCIDR only as networking.k8s.io/v1alpha1, which needs a dynamic client (k8s.io/api has no v1alpha1 types)", Err: ErrInvalid}
@@ -128,9 +128,9 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	switch c.ipVersion {
 	case V1:
-		c.ips = v1IPBackend{opts.Kube}
+		c.ips = v1IPBackend(opts.Kube)
 	case V1beta1:
-		c.ips = v1beta1IPBackend{opts.Kube}
+		c.ips = v1beta1IPBackend(opts.Kube)
 	case V1alpha1:
 		c.ips = dynamicIPBackend{opts.Dynamic, V1alpha1}
 	}
