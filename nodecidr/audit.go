@@ -156,7 +156,11 @@ func Audit(ctx context.Context, client kubernetes.Interface, opts AuditOptions) 
 	var pods *podScan
 	if opts.Pods {
 		pods = newPodScan(nodes)
-		err := listPods(ctx, client, "", "spec.nodeName!=", "", opts.pageSize(), pods.reset, pods.add)
+		add := func(p *corev1.Pod) {
+			s := SummarizePod(p)
+			pods.add(&s)
+		}
+		err := listPods(ctx, client, "", "spec.nodeName!=", "", opts.pageSize(), pods.reset, add)
 		if err != nil {
 			return nil, fmt.Errorf("auditing pod IPs: %w", err)
 		}
@@ -165,9 +169,10 @@ func Audit(ctx context.Context, client kubernetes.Interface, opts AuditOptions) 
 }
 
 // AuditNodes audits Nodes read elsewhere, for example from an offline dump
-// (DecodeObjects). Pods are checked when opts.Pods is set. opts.LabelSelector
-// and PageSize are ignored.
-func AuditNodes(nodes []corev1.Node, pods []corev1.Pod, opts AuditOptions) *Report {
+// (ReadDump). Pods are checked when opts.Pods is set; SummarizePod turns a
+// corev1.Pod into the PodSummary the check reads. opts.LabelSelector and
+// PageSize are ignored.
+func AuditNodes(nodes []corev1.Node, pods []PodSummary, opts AuditOptions) *Report {
 	var scan *podScan
 	if opts.Pods {
 		scan = newPodScan(nodes)
@@ -509,21 +514,15 @@ func (s *podScan) reset() {
 	s.bad = map[string]*podBad{}
 }
 
-func (s *podScan) add(p *corev1.Pod) {
-	if p.Spec.NodeName == "" || p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+func (s *podScan) add(p *PodSummary) {
+	if p.NodeName == "" || p.HostNetwork || p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 		return
 	}
-	n := s.nodes[p.Spec.NodeName]
+	n := s.nodes[p.NodeName]
 	if n == nil {
 		return
 	}
-	ips := make([]string, 0, 2)
-	for _, ip := range p.Status.PodIPs {
-		ips = append(ips, ip.IP)
-	}
-	if len(ips) == 0 && p.Status.PodIP != "" {
-		ips = append(ips, p.Status.PodIP)
-	}
+	ips := p.IPs
 	if len(ips) == 0 {
 		return
 	}

@@ -15,7 +15,8 @@
 //     the wrong order, non-canonical values, pods whose IPs lie outside their
 //     node's podCIDR, and how many node subnets are left per family. It pages
 //     through Nodes and Pods, so clusters of thousands of nodes are fine, and
-//     AuditNodes does the same for an offline dump (DecodeObjects).
+//     AuditNodes does the same for an offline dump (ReadDump streams
+//     `kubectl get nodes,pods -A -o yaml` or `-o json` output).
 //   - Preflight wraps cidr.ControllerManagerPreflight for Nodes: with proposed
 //     --cluster-cidr flags, would kube-controller-manager start, and which
 //     nodes would crash it? PreflightAfter asks the same once a plan is applied.

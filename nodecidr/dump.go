@@ -3,15 +3,14 @@ package nodecidr
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"runtime"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 )
 
 // ErrDump means an offline dump could not be read.
@@ -19,82 +18,323 @@ var ErrDump = errors.New("cannot read dump")
 
 // Dump is what an offline dump holds that nodecidr audits.
 type Dump struct {
+	// Nodes are the dump's Nodes, decoded in full (plans keep them as backups).
 	Nodes []corev1.Node
-	Pods  []corev1.Pod
+	// Pods are the dump's Pods, reduced to what the audit reads.
+	Pods []PodSummary
+	// ControlPlanePods are the kube-system Pods labelled
+	// component=kube-controller-manager, decoded in full so that their
+	// command lines can be read (ParseControllerManagerArgs). They are in
+	// Pods as well.
+	ControlPlanePods []corev1.Pod
 	// Skipped counts objects of other kinds (Services, ...).
 	Skipped int
 }
 
-type typeMeta struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Items      []json.RawMessage `json:"items"`
+// PodSummary is the part of a Pod the audit reads.
+type PodSummary struct {
+	Namespace   string          `json:"namespace,omitempty"`
+	Name        string          `json:"name"`
+	NodeName    string          `json:"nodeName,omitempty"`
+	HostNetwork bool            `json:"hostNetwork,omitempty"`
+	Phase       corev1.PodPhase `json:"phase,omitempty"`
+	// IPs are status.podIPs[*].ip, or status.podIP when podIPs is empty.
+	IPs []string `json:"ips,omitempty"`
 }
 
-// DecodeObjects reads the output of `kubectl get nodes[,pods,...] -o yaml` (or
-// -o json): a v1 List, a NodeList or PodList, single objects, or several YAML
-// documents separated by "---". Objects of other kinds are counted and
-// skipped. Errors name the document and item.
+// SummarizePod returns the part of p the audit reads.
+func SummarizePod(p *corev1.Pod) PodSummary {
+	s := PodSummary{Namespace: p.Namespace, Name: p.Name, NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork, Phase: p.Status.Phase}
+	switch {
+	case len(p.Status.PodIPs) > 0:
+		s.IPs = make([]string, len(p.Status.PodIPs))
+		for i, ip := range p.Status.PodIPs {
+			s.IPs[i] = ip.IP
+		}
+	case p.Status.PodIP != "":
+		s.IPs = []string{p.Status.PodIP}
+	}
+	return s
+}
+
+// DecodeObjects is ReadDump for a dump held in memory, such as a bundled
+// sample or a test fixture.
 func DecodeObjects(data []byte) (*Dump, error) {
-	d := &Dump{}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for doc := 1; ; doc++ {
-		raw, err := r.Read()
-		if errors.Is(err, io.EOF) {
+	return ReadDump(context.Background(), bytes.NewReader(data))
+}
+
+// ReadDump reads the output of `kubectl get nodes[,pods,...] -o yaml` (or
+// -o json) from r: a v1 List, a NodeList or PodList, single objects, or
+// several YAML documents separated by "---" lines. Objects of other kinds
+// are counted and skipped. Errors wrap ErrDump and name the document and
+// item ("document 1 item 517: Pod: ...", items counted from 0).
+//
+// The input is streamed, never held whole: a YAML List whose items are
+// "- ..." lines under a line "items:" (as kubectl writes it) is cut into
+// items, and a JSON document is read item by item. Items are decoded on
+// every CPU (runtime.GOMAXPROCS) and kept in input order; memory is bounded
+// by the result plus a few MB of batches. Pods and Nodes are read by fast
+// paths for the text kubectl writes; whatever they are not certain of is
+// decoded by sigs.k8s.io/yaml and encoding/json instead, with the same
+// result. Other YAML layouts (flow style, say) are decoded one document at
+// a time.
+//
+// Pods are reduced to PodSummary and their other fields are not
+// type-checked. Because a List's items are decoded before its kind (which
+// kubectl writes after them) is known: an object with items whose kind does
+// not end in "List" is refused; anchors and aliases are resolved within one
+// item; and a quoted scalar must not continue on a line that starts with
+// "- " in the items' column. Input that starts with `{"` (after white space)
+// is read as JSON, a stream of JSON values.
+func ReadDump(ctx context.Context, r io.Reader) (*Dump, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := newPipeline(ctx, cancel)
+	br := bufio.NewReaderSize(r, 1<<20)
+	go func() {
+		defer p.closeJobs()
+		if isJSON(br) {
+			readJSON(p, br)
+		} else {
+			readYAML(p, br)
+		}
+	}()
+	return p.collect()
+}
+
+// isJSON reports whether the input starts (after white space) with '{'
+// followed by '"' or '}': a JSON object rather than a YAML flow mapping
+// with plain keys.
+func isJSON(br *bufio.Reader) bool {
+	seen := 0
+	for n := 64; n <= 1<<16; n *= 4 {
+		b, _ := br.Peek(n)
+		for ; seen < len(b); seen++ {
+			switch b[seen] {
+			case ' ', '\t', '\r', '\n':
+				continue
+			}
+			if b[seen] != '{' {
+				return false
+			}
+			for i := seen + 1; i < len(b); i++ {
+				switch b[i] {
+				case ' ', '\t', '\r', '\n':
+					continue
+				case '"', '}':
+					return true
+				}
+				return false
+			}
 			break
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: document %d: %w", ErrDump, doc, err)
-		}
-		if len(bytes.TrimSpace(raw)) == 0 {
-			continue
-		}
-		js, err := yaml.YAMLToJSON(raw)
-		if err != nil {
-			return nil, fmt.Errorf("%w: document %d: %w", ErrDump, doc, err)
-		}
-		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-			continue
-		}
-		if err := d.add(js, fmt.Sprintf("document %d", doc), true); err != nil {
-			return nil, err
+		if len(b) < n {
+			return false
 		}
 	}
-	return d, nil
+	return false
 }
 
-func (d *Dump) add(js []byte, where string, allowList bool) error {
-	var tm typeMeta
-	if err := json.Unmarshal(js, &tm); err != nil {
-		return fmt.Errorf("%w: %s: not a Kubernetes object: %w", ErrDump, where, err)
+// Pipeline: one reader goroutine cuts the input into jobs (batches of List
+// items, whole documents), GOMAXPROCS workers decode them, and collect
+// merges the results in input order. At most maxInFlight jobs exist at a
+// time, which bounds memory to about maxInFlight*batchBytes plus the result.
+const (
+	batchBytes  = 256 << 10
+	batchItems  = 512
+	maxInFlight = 24
+)
+
+type jobKind int
+
+const (
+	jobYAMLItems   jobKind = iota // List items, each starting with "- " in column 0
+	jobYAMLDoc                    // one whole YAML document
+	jobYAMLListEnd                // a List's text around its items, to check kind
+	jobJSONItems                  // JSON List items
+	jobJSONDoc                    // one whole JSON document
+	jobJSONListEnd                // a JSON List's other fields, to check kind
+	jobError                      // the reader failed here
+)
+
+type job struct {
+	seq       int
+	kind      jobKind
+	doc       int // 1-based document number
+	firstItem int // index of the first item of this job in its List
+	indent    int // column of the "-" that starts each item (jobYAMLItems)
+	buf       []byte
+	ends      []int // item i is buf[ends[i-1]:ends[i]] (ends[-1] = 0)
+	err       error
+	res       jobResult
+}
+
+type jobResult struct {
+	nodes   []corev1.Node
+	pods    []PodSummary
+	cp      []corev1.Pod
+	skipped int
+	err     error
+}
+
+func (j *job) item(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = j.ends[i-1]
 	}
-	core := tm.APIVersion == "" || tm.APIVersion == "v1"
-	switch {
-	case allowList && strings.HasSuffix(tm.Kind, "List"):
-		for i, it := range tm.Items {
-			if err := d.add(it, fmt.Sprintf("%s item %d", where, i), false); err != nil {
-				return err
+	return j.buf[start:j.ends[i]]
+}
+
+type pipeline struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	jobs    chan *job
+	results chan *job
+	slots   chan struct{}
+	free    chan *job
+	seq     int
+	wg      sync.WaitGroup
+}
+
+func newPipeline(ctx context.Context, cancel context.CancelFunc) *pipeline {
+	n := runtime.GOMAXPROCS(0)
+	p := &pipeline{
+		ctx:     ctx,
+		cancel:  cancel,
+		jobs:    make(chan *job, n),
+		results: make(chan *job, maxInFlight),
+		slots:   make(chan struct{}, maxInFlight),
+		free:    make(chan *job, maxInFlight),
+	}
+	for range n {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			w := newWorker()
+			for j := range p.jobs {
+				if ctx.Err() != nil {
+					return
+				}
+				w.run(j)
+				select {
+				case p.results <- j:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		p.wg.Wait()
+		close(p.results)
+	}()
+	return p
+}
+
+// newJob returns an empty job, waiting while maxInFlight jobs exist; nil
+// when the context ends.
+func (p *pipeline) newJob(kind jobKind, doc int) *job {
+	select {
+	case p.slots <- struct{}{}:
+	case <-p.ctx.Done():
+		return nil
+	}
+	var j *job
+	select {
+	case j = <-p.free:
+		buf, ends := j.buf[:0], j.ends[:0]
+		*j = job{buf: buf, ends: ends}
+	default:
+		j = &job{}
+	}
+	j.kind, j.doc = kind, doc
+	return j
+}
+
+// send hands j to the workers; false when the context ended. Jobs are
+// numbered here, so a job dropped unsent leaves no gap.
+func (p *pipeline) send(j *job) bool {
+	j.seq = p.seq
+	p.seq++
+	select {
+	case p.jobs <- j:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// fail queues a reader error in input order.
+func (p *pipeline) fail(doc int, err error) {
+	if j := p.newJob(jobError, doc); j != nil {
+		j.err = err
+		p.send(j)
+	}
+}
+
+func (p *pipeline) closeJobs() { close(p.jobs) }
+
+// collect merges results in input order. On the first error, or when the
+// context ends, it stops the pipeline and returns at once: a reader blocked
+// in Read (a pipe) finishes in the background.
+func (p *pipeline) collect() (*Dump, error) {
+	d := &Dump{}
+	pending := map[int]*job{}
+	next := 0
+	for {
+		var j *job
+		var ok bool
+		select {
+		case j, ok = <-p.results:
+		case <-p.ctx.Done():
+		}
+		if err := p.ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDump, err)
+		}
+		if !ok {
+			return d, nil
+		}
+		pending[j.seq] = j
+		for {
+			j, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			if err := d.merge(j); err != nil {
+				p.cancel()
+				return nil, err
+			}
+			<-p.slots
+			if len(j.buf) <= 2*batchBytes {
+				select {
+				case p.free <- j:
+				default:
+				}
 			}
 		}
-	case tm.Kind == "Node" && core:
-		var n corev1.Node
-		if err := json.Unmarshal(js, &n); err != nil {
-			return fmt.Errorf("%w: %s: Node: %w", ErrDump, where, err)
-		}
-		if n.Name == "" {
-			return fmt.Errorf("%w: %s: Node without metadata.name", ErrDump, where)
-		}
-		d.Nodes = append(d.Nodes, n)
-	case tm.Kind == "Pod" && core:
-		var p corev1.Pod
-		if err := json.Unmarshal(js, &p); err != nil {
-			return fmt.Errorf("%w: %s: Pod: %w", ErrDump, where, err)
-		}
-		d.Pods = append(d.Pods, p)
-	case tm.Kind == "":
-		return fmt.Errorf("%w: %s: no kind; want a Node, a Pod or a List of them", ErrDump, where)
-	default:
-		d.Skipped++
 	}
+}
+
+func (d *Dump) merge(j *job) error {
+	if j.err != nil {
+		return j.err
+	}
+	r := &j.res
+	if r.err != nil {
+		return r.err
+	}
+	d.Nodes = append(d.Nodes, r.nodes...)
+	d.Pods = append(d.Pods, r.pods...)
+	d.ControlPlanePods = append(d.ControlPlanePods, r.cp...)
+	d.Skipped += r.skipped
 	return nil
+}
+
+func where(doc, item int) string {
+	if item < 0 {
+		return fmt.Sprintf("document %d", doc)
+	}
+	return fmt.Sprintf("document %d item %d", doc, item)
 }

@@ -1,7 +1,13 @@
 package nodecidr
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,17 +36,145 @@ metadata:
   resourceVersion: ""
 `
 
+// kubectlList is `kubectl get nodes,pods -A -o yaml` as kubectl writes it.
+const kubectlList = `apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    annotations:
+      node.alpha.kubernetes.io/ttl: "0"
+    labels:
+      kubernetes.io/hostname: a
+    name: a
+    uid: 6a0c2b2e
+  spec:
+    podCIDR: 10.244.1.0/24
+    podCIDRs:
+    - 10.244.1.0/24
+  status:
+    capacity:
+      cpu: "8"
+      pods: "110"
+    daemonEndpoints:
+      kubeletEndpoint:
+        Port: 10250
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"}}
+    labels:
+      app: web
+    name: web
+    namespace: default
+  spec:
+    containers:
+    - image: nginx
+      name: web
+      resources: {}
+    nodeName: a
+    securityContext: {}
+  status:
+    conditions:
+    - lastProbeTime: null
+      message: 'containers with unready status: [web]'
+      status: "False"
+      type: Ready
+    phase: Running
+    podIP: 10.244.1.7
+    podIPs:
+    - ip: 10.244.1.7
+    - ip: fd00:10:244:1::7
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    labels:
+      component: kube-controller-manager
+    name: kube-controller-manager-a
+    namespace: kube-system
+  spec:
+    containers:
+    - command:
+      - kube-controller-manager
+      - --cluster-cidr=10.244.0.0/16
+      name: kube-controller-manager
+    hostNetwork: true
+    nodeName: a
+  status:
+    phase: Running
+    podIP: 192.168.1.2
+- apiVersion: v1
+  kind: Service
+  metadata:
+    name: kubernetes
+    namespace: default
+kind: List
+metadata:
+  resourceVersion: ""
+`
+
+const kubectlJSON = `{
+    "apiVersion": "v1",
+    "items": [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "a"},
+            "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": "a", "containers": [{"name": "web", "image": "nginx"}]},
+            "status": {"phase": "Running", "podIP": "10.244.1.7", "podIPs": [{"ip": "10.244.1.7"}, {"ip": "fd00:10:244:1::7"}]}
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "kube-controller-manager-a", "namespace": "kube-system", "labels": {"component": "kube-controller-manager"}},
+            "spec": {"nodeName": "a", "hostNetwork": true, "containers": [{"name": "kcm", "command": ["kube-controller-manager", "--cluster-cidr=10.244.0.0/16"]}]},
+            "status": {"phase": "Running", "podIP": "192.168.1.2"}
+        },
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes"}}
+    ],
+    "kind": "List",
+    "metadata": {"resourceVersion": ""}
+}
+`
+
 func TestDecodeObjects(t *testing.T) {
+	// The items indented by two more columns, as some tools write them.
+	head, rest, _ := strings.Cut(kubectlList, "items:\n")
+	body, tail, _ := strings.Cut(rest, "kind: List\n")
+	indented := head + "items:\n  " + strings.ReplaceAll(strings.TrimSuffix(body, "\n"), "\n", "\n  ") + "\nkind: List\n" + tail
 	tests := []struct {
 		name                string
 		in                  string
 		nodes, pods, others int
 	}{
 		{"v1 List", listYAML, 1, 1, 1},
+		{"kubectl List", kubectlList, 1, 2, 1},
+		{"kubectl JSON", kubectlJSON, 1, 2, 1},
+		{"JSON, compact", strings.Join(strings.Fields(kubectlJSON), ""), 1, 2, 1},
 		{"NodeList", "apiVersion: v1\nkind: NodeList\nitems:\n- metadata: {name: a}\n  kind: Node\n- metadata: {name: b}\n  kind: Node\n", 2, 0, 0},
+		{"PodList", "apiVersion: v1\nitems:\n- kind: Pod\n  metadata:\n    name: a\n- kind: Pod\n  metadata:\n    name: b\nkind: PodList\n", 0, 2, 0},
 		{"multi-document", "---\napiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\n\n---\napiVersion: v1\nkind: Node\nmetadata: {name: b}\n", 2, 0, 0},
+		{"single objects", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Node\nmetadata:\n  name: b\n", 1, 1, 0},
 		{"JSON", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"a"}}]}`, 1, 0, 0},
+		{"JSON stream", `{"kind":"Node","metadata":{"name":"a"}} {"kind":"Pod","metadata":{"name":"p"}}`, 1, 1, 0},
+		{"JSON items null", `{"kind":"List","items":null}`, 0, 0, 0},
+		{"YAML flow List", `{kind: List, items: [{kind: Node, metadata: {name: a}}, {kind: Pod}]}`, 1, 1, 0},
+		{"indented items", indented, 1, 2, 1},
+		{"empty List", "apiVersion: v1\nitems: []\nkind: List\n", 0, 0, 0},
+		{"items then blank lines and comments", "items:\n\n- kind: Node\n# a comment\n  metadata: {name: a}\n\n- kind: Node\n  metadata:\n    name: b # why\nkind: List\n", 2, 0, 0},
+		{"CRLF", strings.ReplaceAll(kubectlList, "\n", "\r\n"), 1, 2, 1},
+		{"tabs in values", strings.ReplaceAll(kubectlList, "app: web", "app: \"a\tb\""), 1, 2, 1},
+		{"item on the next line", "items:\n-\n  kind: Node\n  metadata: {name: a}\nkind: List\n", 1, 0, 0},
 		{"empty", "", 0, 0, 0},
+		{"comments only", "# nothing\n---\n# here\n", 0, 0, 0},
 		{"other group", "apiVersion: crd.projectcalico.org/v1\nkind: Node\nmetadata: {name: a}\n", 0, 0, 1},
 	}
 	for _, tc := range tests {
@@ -50,22 +184,119 @@ func TestDecodeObjects(t *testing.T) {
 			assert.Len(t, d.Nodes, tc.nodes)
 			assert.Len(t, d.Pods, tc.pods)
 			assert.Equal(t, tc.others, d.Skipped)
+			if tc.in != "" && !strings.HasPrefix(tc.in, "{") {
+				want, err := fullDump([]byte(tc.in))
+				if err == nil { // fullDump splits documents naively
+					assert.Equal(t, want, d, "the fast path changes nothing")
+				}
+			}
 		})
+	}
+
+	for _, in := range []string{kubectlList, kubectlJSON} {
+		d, err := DecodeObjects([]byte(in))
+		require.NoError(t, err)
+		assert.Equal(t, []string{"10.244.1.0/24"}, PodCIDRsOf(&d.Nodes[0]))
+		assert.Equal(t, []PodSummary{
+			{Namespace: "default", Name: "web", NodeName: "a", Phase: "Running", IPs: []string{"10.244.1.7", "fd00:10:244:1::7"}},
+			{Namespace: "kube-system", Name: "kube-controller-manager-a", NodeName: "a", HostNetwork: true, Phase: "Running", IPs: []string{"192.168.1.2"}},
+		}, d.Pods)
+		require.Len(t, d.ControlPlanePods, 1)
+		assert.Equal(t, []string{"kube-controller-manager", "--cluster-cidr=10.244.0.0/16"}, d.ControlPlanePods[0].Spec.Containers[0].Command)
 	}
 	d, err := DecodeObjects([]byte(listYAML))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"10.244.1.0/24"}, PodCIDRsOf(&d.Nodes[0]))
-	assert.Equal(t, "a", d.Pods[0].Spec.NodeName)
+	assert.Equal(t, PodSummary{Namespace: "default", Name: "p", NodeName: "a", IPs: []string{"10.241.12.6"}}, d.Pods[0])
+}
 
-	for _, bad := range []struct{ in, msg string }{
-		{"a: [", "document 1"},
-		{"apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\nkind: Node\nspec: {podCIDR: 10.0.0.0/24}\n", "document 2: Node without metadata.name"},
-		{"just a string", "not a Kubernetes object"},
-		{"apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n", "document 1 item 0: no kind"},
-		{"kind: Node\nmetadata: {name: a}\nspec: {podCIDRs: 5}\n", "Node"},
-	} {
-		_, err := DecodeObjects([]byte(bad.in))
-		require.ErrorIs(t, err, ErrDump, bad.in)
-		assert.Contains(t, err.Error(), bad.msg)
+func TestDecodeObjectsErrors(t *testing.T) {
+	var many strings.Builder
+	many.WriteString("apiVersion: v1\nitems:\n")
+	for i := range 600 {
+		if i == 517 {
+			many.WriteString("- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: bad\n  spec:\n    hostNetwork: maybe\n")
+			continue
+		}
+		fmt.Fprintf(&many, "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p%d\n  spec:\n    nodeName: a\n", i)
 	}
+	many.WriteString("kind: List\n")
+	for _, bad := range []struct{ name, in, msg string }{
+		{"YAML syntax", "a: [", "document 1"},
+		{"Node without name", "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\nkind: Node\nspec: {podCIDR: 10.0.0.0/24}\n", "document 2: Node without metadata.name"},
+		{"not an object", "just a string", "not a Kubernetes object"},
+		{"no kind", "apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n", "document 1 item 0: no kind"},
+		{"no kind, block", "apiVersion: v1\nitems:\n- metadata:\n    name: x\nkind: List\n", "document 1 item 0: no kind"},
+		{"Node field type", "kind: Node\nmetadata: {name: a}\nspec: {podCIDRs: 5}\n", "Node"},
+		{"Pod field type in item 517", many.String(), "document 1 item 517: Pod: json: cannot unmarshal string into Go struct field"},
+		{"item syntax", "items:\n- kind: Pod\n  metadata: {name: [\n- kind: Pod\nkind: List\n", "document 1 item 0: yaml"},
+		{"separator", "kind: Node\nmetadata: {name: a}\n--- x\n", "document 1: invalid Yaml document separator: x"},
+		{"items but not a List", "items:\n- kind: Node\n  metadata: {name: a}\nkind: Pod\n", `document 1: a "Pod" with items; want a List`},
+		{"JSON syntax in item", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}}, {"kind": }]}`, "document 1 item 1: not a Kubernetes object: invalid character"},
+		{"JSON array", `{"kind":"Node","metadata":{"name":"a"}} [1]`, "document 2: not a Kubernetes object"},
+		{"JSON Pod type", `{"kind":"List","items":[{"kind":"Pod","status":{"podIPs":"x"}}]}`, "document 1 item 0: Pod: json"},
+		{"control-plane Pod type", "kind: Pod\nmetadata:\n  namespace: kube-system\n  labels: {component: kube-controller-manager}\nspec:\n  containers: 5\n", "document 1: Pod: json"},
+	} {
+		t.Run(bad.name, func(t *testing.T) {
+			_, err := DecodeObjects([]byte(bad.in))
+			require.ErrorIs(t, err, ErrDump)
+			assert.Contains(t, err.Error(), bad.msg)
+		})
+	}
+}
+
+func TestReadDumpStreams(t *testing.T) {
+	// A reader that fails mid-way: the error, not a partial dump.
+	r := io.MultiReader(strings.NewReader(kubectlList[:400]), iotest.ErrReader(errors.New("disk on fire")))
+	_, err := ReadDump(t.Context(), r)
+	require.ErrorIs(t, err, ErrDump)
+	assert.Contains(t, err.Error(), "disk on fire")
+
+	// A cancelled context stops the read.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = ReadDump(ctx, strings.NewReader(kubectlList))
+	require.ErrorIs(t, err, context.Canceled)
+
+	// A cancelled context returns at once even while a read blocks (a pipe).
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(kubectlList[:300])) }()
+	ctx, cancel = context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() {
+		_, err := ReadDump(ctx, pr)
+		done <- err
+	}()
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	// One byte at a time, and lines longer than any buffer.
+	long := strings.Replace(kubectlList, "app: web", "app: web\n      big: "+strings.Repeat("x", 3<<20), 1)
+	d, err := ReadDump(t.Context(), iotest.OneByteReader(strings.NewReader(kubectlList)))
+	require.NoError(t, err)
+	assert.Len(t, d.Pods, 2)
+	d, err = ReadDump(t.Context(), strings.NewReader(long))
+	require.NoError(t, err)
+	assert.Len(t, d.Pods, 2)
+
+	// Many items: batches come back in input order.
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nitems:\n")
+	for i := range 5000 {
+		fmt.Fprintf(&b, "- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: p%d\n", i)
+	}
+	b.WriteString("kind: List\n")
+	d, err = ReadDump(t.Context(), strings.NewReader(b.String()))
+	require.NoError(t, err)
+	require.Len(t, d.Pods, 5000)
+	for i, p := range d.Pods {
+		require.Equal(t, fmt.Sprintf("p%d", i), p.Name)
+	}
+}
+
+func TestSummarizePod(t *testing.T) {
+	d, err := DecodeObjects([]byte(kubectlList))
+	require.NoError(t, err)
+	cp := d.ControlPlanePods[0]
+	assert.Equal(t, d.Pods[1], SummarizePod(&cp))
 }

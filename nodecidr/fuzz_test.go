@@ -11,13 +11,26 @@ import (
 )
 
 // FuzzDecodeObjects feeds offline dumps to the reader and, when they decode,
-// to the audit: neither may panic, and every decoded node is audited.
+// to the audit: neither may panic, and every decoded node is audited. The
+// input is also taken as one object (a document, and a List item when it
+// starts with "- "): whenever the fast path decodes it, the full decoder
+// must succeed with the same result (checkFast).
 func FuzzDecodeObjects(f *testing.F) {
 	f.Add([]byte(listYAML))
+	f.Add([]byte(kubectlList))
+	f.Add([]byte(kubectlJSON))
 	f.Add([]byte("---\nkind: Node\nmetadata: {name: a}\nspec: {podCIDRs: [10.0.0.1/24, '::/0', x]}\n"))
 	f.Add([]byte(`{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"},"spec":{"podCIDR":"10.0.0.0/8"}}]}`))
+	f.Add([]byte("- apiVersion: v1\n  kind: Pod\n  metadata:\n    labels:\n      component: kube-controller-manager\n    name: 'it''s'\n    namespace: \"0123\"\n  spec:\n    hostNetwork: yes\n    nodeName: a\n  status:\n    phase: Running\n    podIP: 10.0.0.1\n    podIPs:\n    - ip: 10.0.0.1\n    - ip: fd00::1\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Node\nmetadata:\n  annotations:\n    a: long words that were folded by the emitter because the line was longer than\n      eighty characters\n    b: |\n      {\"x\": 1}\n  labels:\n    1: x\n    yes: y\n  name: n\nspec:\n  podCIDRs:\n  - 10.0.0.0/24\n  taints: []\nstatus:\n  daemonEndpoints:\n    kubeletEndpoint:\n      Port: 0x10\n"))
 	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.240.0.0/12"), cidr.MustParse("fd00::/48")}, NodeMasks: []int{24, 64}}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFast(t, data, -1)
+		checkFastJSON(t, data)
+		checkJSONStream(t, data)
+		if len(data) > 1 && data[0] == '-' && data[1] == ' ' {
+			checkFast(t, data, 0)
+		}
 		d, err := DecodeObjects(data)
 		if err != nil {
 			return

@@ -2,8 +2,12 @@ package perf
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+
+	"sigs.k8s.io/yaml"
 )
 
 // DumpOptions shapes a generated `kubectl get nodes,pods -A -o yaml` dump.
@@ -78,6 +82,65 @@ func WriteDump(w io.Writer, o DumpOptions) (int64, error) {
 		}
 	}
 	fmt.Fprint(bw, "kind: List\nmetadata:\n  resourceVersion: \"\"\n")
+	if err := bw.Flush(); err != nil {
+		return cw.n, err
+	}
+	return cw.n, cw.err
+}
+
+// WriteDumpJSON writes the same dump as WriteDump the way `kubectl get
+// nodes,pods -A -o json` prints it (a v1 List, four-space indentation), and
+// returns the number of bytes written. Each item is written as YAML and
+// converted with sigs.k8s.io/yaml, so both dumps hold the same objects.
+func WriteDumpJSON(w io.Writer, o DumpOptions) (int64, error) {
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	fmt.Fprint(bw, "{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n")
+	var y, ind bytes.Buffer
+	first := true
+	item := func(write func(io.Writer)) error {
+		y.Reset()
+		write(&y)
+		b := y.Bytes()
+		b[0] = ' ' // "- apiVersion" → "  apiVersion": the item as a document
+		js, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return err
+		}
+		ind.Reset()
+		if err := json.Indent(&ind, js, "        ", "    "); err != nil {
+			return err
+		}
+		if !first {
+			bw.WriteString(",\n")
+		}
+		first = false
+		bw.WriteString("        ")
+		_, err = bw.Write(ind.Bytes())
+		return err
+	}
+	for i := range o.Nodes {
+		if err := item(func(w io.Writer) { writeNode(w, i) }); err != nil {
+			return cw.n, err
+		}
+	}
+	if err := item(writeControllerManagerPod); err != nil {
+		return cw.n, err
+	}
+	for i := range o.Nodes {
+		for j := range o.PodsPerNode {
+			var err error
+			if o.Minimal {
+				err = item(func(w io.Writer) { writeMinimalPod(w, i, j, o.PodsPerNode) })
+			} else {
+				err = item(func(w io.Writer) { writePod(w, i, j, o.PodsPerNode) })
+			}
+			if err != nil {
+				return cw.n, err
+			}
+		}
+	}
+	fmt.Fprint(bw, "\n    ],\n    \"kind\": \"List\",\n    \"metadata\": {\n        \"resourceVersion\": \"\"\n    }\n}\n")
 	if err := bw.Flush(); err != nil {
 		return cw.n, err
 	}

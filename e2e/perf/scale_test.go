@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,8 +61,8 @@ func findingKinds(fs []nodecidr.Finding) string {
 // TestScaleOffline runs examples/doctor on a generated `kubectl get
 // nodes,pods -A -o yaml` dump of 5,000 nodes and 150,000 pods, realistic
 // (about 3 KB a pod, as kubectl prints a running Deployment pod) and minimal
-// (only the fields the audit reads), under /usr/bin/time -v. Goal: under 2 s
-// and 300 MB.
+// (only the fields the audit reads), and on the realistic one as `-o json`,
+// under /usr/bin/time -v. Goal: under 2 s and 300 MB.
 func TestScaleOffline(t *testing.T) {
 	requirePerf(t)
 	ctx := t.Context()
@@ -70,18 +71,23 @@ func TestScaleOffline(t *testing.T) {
 	limit := envInt(t, "CIDRSHIFT_PERF_MEM_LIMIT_MB", 8192)
 	dir := t.TempDir()
 	var out strings.Builder
-	fmt.Fprintf(&out, "## doctor on an offline dump: %d nodes, %d pods (v1 List, `kubectl get nodes,pods -A -o yaml` style), %s\n\n",
+	fmt.Fprintf(&out, "## doctor on an offline dump: %d nodes, %d pods (v1 List, `kubectl get nodes,pods -A -o yaml|json` style), %s\n\n",
 		nodes, nodes*scalePodsPerNode, machine())
 	tbl := &table{head: []string{"dump", "file size", "command", "exit", "wall", "user+sys CPU", "max RSS", "goal (< 2 s, < 300 MB)", "load before → after"}}
 	for _, v := range []struct {
 		name    string
 		minimal bool
-	}{{"minimal pods", true}, {"realistic pods", false}} {
-		path := filepath.Join(dir, strings.ReplaceAll(v.name, " ", "-")+".yaml")
+		json    bool
+	}{{"minimal pods", true, false}, {"realistic pods", false, false}, {"realistic pods, JSON", false, true}} {
+		ext, write := ".yaml", WriteDump
+		if v.json {
+			ext, write = ".json", WriteDumpJSON
+		}
+		path := filepath.Join(dir, strings.NewReplacer(" ", "-", ",", "").Replace(v.name)+ext)
 		f, err := os.Create(path)
 		require.NoError(t, err)
 		start := time.Now()
-		size, err := WriteDump(f, DumpOptions{Nodes: nodes, PodsPerNode: scalePodsPerNode, Minimal: v.minimal})
+		size, err := write(f, DumpOptions{Nodes: nodes, PodsPerNode: scalePodsPerNode, Minimal: v.minimal})
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
 		t.Logf("%s: wrote %s (%.0f MiB) in %s", v.name, path, float64(size)/(1<<20), time.Since(start).Round(time.Millisecond))
@@ -278,8 +284,9 @@ func waitPodsRunning(t *testing.T, cs kubernetes.Interface, want int, timeout ti
 	}
 }
 
-// BenchmarkDoctorDecode is doctor's offline path in-process (decode the dump,
-// audit it, plan the fix), for profiles:
+// BenchmarkDoctorDecode is doctor's offline path in-process (stream the dump
+// through nodecidr.ReadDump, audit it, plan the fix), for the YAML and the
+// JSON form of the dump, for profiles:
 //
 //	cd e2e && CIDRSHIFT_PERF=1 go test -run '^$' -bench DoctorDecode -benchtime 1x -count 1 \
 //	    -cpuprofile cpu.out -memprofile mem.out ./perf
@@ -288,12 +295,10 @@ func BenchmarkDoctorDecode(b *testing.B) {
 	for _, v := range []struct {
 		name    string
 		minimal bool
-	}{{"pods=minimal", true}, {"pods=realistic", false}} {
+		json    bool
+	}{{"pods=minimal/yaml", true, false}, {"pods=realistic/yaml", false, false}, {"pods=minimal/json", true, true}, {"pods=realistic/json", false, true}} {
 		b.Run(v.name, func(b *testing.B) {
-			var buf bytes.Buffer
-			_, err := WriteDump(&buf, DumpOptions{Nodes: scaleNodes, PodsPerNode: scalePodsPerNode, Minimal: v.minimal})
-			require.NoError(b, err)
-			data := buf.Bytes()
+			data := generatedDump(b, v.minimal, v.json)
 			layout := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(DumpClusterCIDR)}, NodeMasks: []int{24},
 				ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix(DumpServiceCIDR)}}
 			var steps atomic.Int64
@@ -301,14 +306,14 @@ func BenchmarkDoctorDecode(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				d, err := nodecidr.DecodeObjects(data)
+				d, err := nodecidr.ReadDump(b.Context(), bytes.NewReader(data))
 				if err != nil {
 					b.Fatal(err)
 				}
 				r := nodecidr.AuditNodes(d.Nodes, d.Pods, nodecidr.AuditOptions{Layout: layout, Pods: true})
 				p, err := nodecidr.PlanNodes(d.Nodes, nodecidr.PlanOptions{Mode: nodecidr.ModeFix, Layout: layout})
-				if err != nil || r.Nodes != scaleNodes {
-					b.Fatal(err, r.Nodes)
+				if err != nil || r.Nodes != scaleNodes || len(d.ControlPlanePods) != 1 {
+					b.Fatal(err, r.Nodes, len(d.ControlPlanePods))
 				}
 				steps.Store(int64(len(p.Steps)))
 			}
@@ -317,29 +322,58 @@ func BenchmarkDoctorDecode(b *testing.B) {
 	}
 }
 
+var dumps sync.Map // "minimal=…,json=…" → []byte
+
+// generatedDump returns the 5,000-node dump, written once per test binary
+// (the realistic JSON one takes a minute to write).
+func generatedDump(b *testing.B, minimal, asJSON bool) []byte {
+	key := fmt.Sprintf("minimal=%t,json=%t", minimal, asJSON)
+	if d, ok := dumps.Load(key); ok {
+		return d.([]byte)
+	}
+	var buf bytes.Buffer
+	write := WriteDump
+	if asJSON {
+		write = WriteDumpJSON
+	}
+	_, err := write(&buf, DumpOptions{Nodes: scaleNodes, PodsPerNode: scalePodsPerNode, Minimal: minimal})
+	require.NoError(b, err)
+	dumps.Store(key, buf.Bytes())
+	return buf.Bytes()
+}
+
 // TestWriteDump checks that the generated dump decodes as doctor decodes it,
 // with the defects it promises.
 func TestWriteDump(t *testing.T) {
 	requirePerf(t)
-	for _, minimal := range []bool{false, true} {
+	for _, v := range []struct {
+		minimal, json bool
+	}{{false, false}, {true, false}, {false, true}, {true, true}} {
 		var buf bytes.Buffer
-		_, err := WriteDump(&buf, DumpOptions{Nodes: 600, PodsPerNode: 3, Minimal: minimal})
+		write := WriteDump
+		if v.json {
+			write = WriteDumpJSON
+		}
+		_, err := write(&buf, DumpOptions{Nodes: 600, PodsPerNode: 3, Minimal: v.minimal})
 		require.NoError(t, err)
-		d, err := nodecidr.DecodeObjects(buf.Bytes())
+		d, err := nodecidr.ReadDump(t.Context(), bytes.NewReader(buf.Bytes()))
 		require.NoError(t, err)
 		require.Len(t, d.Nodes, 600)
 		require.Len(t, d.Pods, 600*3+1)
 		require.Equal(t, "10.64.0.0/24", d.Nodes[1].Spec.PodCIDR, "node 1 shares node 0's subnet")
 		require.Empty(t, d.Nodes[7].Spec.PodCIDRs, "node 7 has no podCIDR")
 		require.Equal(t, []string{"10.66.1.0/24"}, d.Nodes[513].Spec.PodCIDRs)
-		require.Equal(t, "kube-controller-manager", d.Pods[0].Labels["component"])
+		require.Len(t, d.ControlPlanePods, 1)
+		require.Equal(t, "kube-controller-manager", d.ControlPlanePods[0].Labels["component"])
+		require.Equal(t, d.ControlPlanePods[0].Name, d.Pods[0].Name)
 		p := d.Pods[1+513*3+2]
-		require.Equal(t, DumpNodeName(513), p.Spec.NodeName)
-		require.Equal(t, "10.66.1.4", p.Status.PodIP)
-		require.Equal(t, corev1.PodRunning, p.Status.Phase)
+		require.Equal(t, DumpNodeName(513), p.NodeName)
+		require.Equal(t, []string{"10.66.1.4"}, p.IPs)
+		require.Equal(t, corev1.PodRunning, p.Phase)
 		layout := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(DumpClusterCIDR)}, NodeMasks: []int{24}}
 		r := nodecidr.AuditNodes(d.Nodes, d.Pods, nodecidr.AuditOptions{Layout: layout, Pods: true})
 		require.NotEmpty(t, r.NodesWith(nodecidr.FindingMissing))
-		t.Logf("minimal=%t: %d bytes, findings: %s", minimal, buf.Len(), findingKinds(r.Findings))
+		require.NotEmpty(t, r.NodesWith(nodecidr.FindingPodIPOutside))
+		t.Logf("minimal=%t json=%t: %d bytes, findings: %s", v.minimal, v.json, buf.Len(), findingKinds(r.Findings))
 	}
 }

@@ -7,6 +7,7 @@
 //	doctor                                   # audit the bundled sample cluster (the second field story)
 //	doctor --kubeconfig ~/.kube/config       # audit a live cluster (flags read from kube-controller-manager)
 //	doctor -f nodes.yaml --cluster-cidr 10.244.0.0/16   # audit `kubectl get nodes -o yaml`
+//	kubectl get nodes,pods -A -o json | doctor -f -     # flags from the kube-controller-manager pod
 //	doctor --context prod --new-cluster-cidr 10.20.0.0/16   # would this change crash kube-controller-manager?
 //
 // Exit status: 0 healthy, 1 problems found, 2 bad input.
@@ -143,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{set: map[string]bool{}}
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.file, "f", "", "audit an offline dump: `kubectl get nodes[,pods] -o yaml` (a v1 List or YAML documents; - for stdin)")
+	fs.StringVar(&o.file, "f", "", "audit an offline dump: `kubectl get nodes[,pods] -A -o yaml` or -o json (a v1 List or documents; - for stdin); streamed, any size")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "audit the cluster of this kubeconfig")
 	fs.StringVar(&o.kubecontext, "context", "", "audit the cluster of this kubeconfig context")
 	fs.StringVar(&o.clusterCIDR, "cluster-cidr", "", "kube-controller-manager's current --cluster-cidr (read from the cluster when omitted)")
@@ -180,25 +181,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 	rep := &report{}
 	var nodes []corev1.Node
-	var pods []corev1.Pod
+	var pods []nodecidr.PodSummary
 	var client kubernetes.Interface
 	var discovered *cidr.ControllerManagerFlags
 	switch {
 	case o.file != "":
 		rep.Source = "file " + o.file
-		var data []byte
-		var err error
-		if o.file == "-" {
-			data, err = io.ReadAll(a.stdin)
-		} else {
-			data, err = os.ReadFile(o.file)
-		}
+		d, err := a.readDump(ctx, o.file)
 		if err != nil {
-			return bad("-f: %v", err)
-		}
-		d, err := nodecidr.DecodeObjects(data)
-		if err != nil {
-			return bad("-f %s: %v", o.file, err)
+			return err
 		}
 		if len(d.Nodes) == 0 {
 			return bad("-f %s holds no Node; want the output of kubectl get nodes -o yaml", o.file)
@@ -305,10 +296,28 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 	return nil
 }
 
+// readDump streams the dump in file (- for stdin) through nodecidr.ReadDump.
+func (a *app) readDump(ctx context.Context, file string) (*nodecidr.Dump, error) {
+	var r io.Reader = a.stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, bad("-f: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	d, err := nodecidr.ReadDump(ctx, r)
+	if err != nil {
+		return nil, bad("-f %s: %v", file, err)
+	}
+	return d, nil
+}
+
 // flagsFromDump finds a kube-controller-manager pod in a dump (kubectl get
 // nodes,pods -A -o yaml) and reads its flags.
 func flagsFromDump(d *nodecidr.Dump) (cidr.ControllerManagerFlags, string) {
-	for _, p := range d.Pods {
+	for _, p := range d.ControlPlanePods {
 		if p.Namespace != "kube-system" || p.Labels["component"] != cidr.KubeControllerManager {
 			continue
 		}

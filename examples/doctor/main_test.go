@@ -202,6 +202,28 @@ func TestDumpFile(t *testing.T) {
 		assert.Contains(t, r.stderr, tc.msg)
 		assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
 	}
+	// The same as JSON (kubectl get -o json), from a file.
+	js := filepath.Join(dir, "dump.json")
+	require.NoError(t, os.WriteFile(js, []byte(`{"apiVersion": "v1", "kind": "List", "items": [
+		{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "master1"}, "spec": {"podCIDR": "10.10.0.0/24", "podCIDRs": ["10.10.0.0/24"]}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kube-controller-manager-master1", "namespace": "kube-system", "labels": {"component": "kube-controller-manager"}},
+		 "spec": {"containers": [{"name": "kcm", "command": ["kube-controller-manager", "--cluster-cidr=10.0.0.0/8", "--node-cidr-mask-size=24"]}]}},
+		{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"}, "spec": {"nodeName": "master1"}, "status": {"phase": "Running", "podIP": "10.99.0.5"}}]}`), 0o600))
+	r = runArgs("-f", js, "-o", "json")
+	require.Equal(t, 1, r.code, r.stderr)
+	rep := decode(t, r.stdout)
+	assert.Equal(t, "pod kube-system/kube-controller-manager-master1 in the dump", rep.FlagsSource)
+	assert.Equal(t, 1, rep.Audit.Pods)
+	assert.Equal(t, []string{"master1"}, rep.Audit.NodesWith(nodecidr.FindingPodIPOutside))
+
+	// A broken item is named, on one line.
+	broken := filepath.Join(dir, "broken.yaml")
+	require.NoError(t, os.WriteFile(broken, []byte(dump+"- apiVersion: v1\n  kind: Pod\n  spec:\n    hostNetwork: maybe\n"), 0o600))
+	r = runArgs("-f", broken, "--cluster-cidr", "10.0.0.0/8")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "document 1 item 2: Pod: json: cannot unmarshal string")
+	assert.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("kind: Service\n"), 0o600))
 	r = runArgs("-f", bad, "--cluster-cidr", "10.0.0.0/8")
