@@ -153,6 +153,13 @@ func Audit(ctx context.Context, client kubernetes.Interface, opts AuditOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("auditing node podCIDRs: %w", err)
 	}
+	return AuditListed(ctx, client, nodes, opts)
+}
+
+// AuditListed is Audit of Nodes the caller already listed (ListNodes), for
+// callers that need the Nodes too (a preflight, a plan) and should not list
+// them twice: pods are paged through client when opts.Pods is set.
+func AuditListed(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node, opts AuditOptions) (*Report, error) {
 	var pods *podScan
 	if opts.Pods {
 		pods = newPodScan(nodes)

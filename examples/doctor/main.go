@@ -258,10 +258,11 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 
 	auditOpts := nodecidr.AuditOptions{Layout: layout, Pods: o.pods}
 	if client != nil {
-		if rep.Audit, err = nodecidr.Audit(ctx, client, auditOpts); err != nil {
+		// One listing of the Nodes serves the audit, the preflight and the plan.
+		if nodes, err = nodecidr.ListNodes(ctx, client, nodecidr.ListOptions{}); err != nil {
 			return err
 		}
-		if nodes, err = nodecidr.ListNodes(ctx, client, nodecidr.ListOptions{}); err != nil {
+		if rep.Audit, err = nodecidr.AuditListed(ctx, client, nodes, auditOpts); err != nil {
 			return err
 		}
 	} else {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,10 +242,16 @@ func TestLiveCluster(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: corev1.PodSpec{NodeName: "b"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.7.9"}}
 	c, _ := nodecidrtest.New(kcm, node("a", "10.244.0.0/24"), node("b", "10.244.1.0/24"), pod)
+	nodeLists := 0
+	c.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		nodeLists++
+		return false, nil, nil
+	})
 	a := &app{connect: func(string, string) (kubernetes.Interface, error) { return c, nil }}
 
 	r := runApp(t, a, "--context", "prod")
 	require.Equal(t, 1, r.code, r.stderr)
+	assert.Equal(t, 1, nodeLists, "one listing of the Nodes serves the audit, the preflight and the plan")
 	assert.Contains(t, r.stdout, "cidrshift doctor: cluster prod")
 	assert.Contains(t, r.stdout, "from pod kube-system/kube-controller-manager-cp")
 	assert.Contains(t, r.stdout, "pod-ip-outside-podcidr (1)")
