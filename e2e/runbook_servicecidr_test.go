@@ -281,8 +281,16 @@ func rbScenario(t *testing.T, killOn string) {
 			svcs := scServices(t, ctx, cs)
 			assert.Equal(t, "172.24.0.10", svcs["kube-system/kube-dns"].Spec.ClusterIP, "kube-dns moved before the pause")
 			assert.Equal(t, "100.64.0.1", svcs[servicecidr.KubernetesService].Spec.ClusterIP, "default/kubernetes waits for the new flag")
+			// On 1.33 the runbook also asks for the allocator's dual-write off.
+			apiFlags := []string{scNewRangeFlag}
+			if scMinor(harness.K8sVersionFromEnv()) == 33 {
+				require.Contains(t, out, "--feature-gates=DisableAllocatorDualWrite=true", "the runbook names the 1.33 gate")
+				apiFlags = scAPIServerNewRange(33)
+			} else {
+				assert.NotContains(t, out, "DisableAllocatorDualWrite")
+			}
 			rs := time.Now()
-			require.NoError(t, c.Restart(ctx, harness.APIServer, scNewRangeFlag))
+			require.NoError(t, c.Restart(ctx, harness.APIServer, apiFlags...))
 			require.NoError(t, c.Restart(ctx, harness.ControllerManager, scNewRangeFlag))
 			t.Logf("operator: restarted kube-apiserver and kube-controller-manager with %s in %s", scNewRangeFlag, time.Since(rs).Round(time.Millisecond))
 			operatorDone = true

@@ -106,6 +106,18 @@ func scClusterOptions() (harness.Options, int) {
 	return opts, minor
 }
 
+// scAPIServerNewRange is what the operator gives kube-apiserver once the
+// Services have moved: the new range and, on Kubernetes 1.33, also
+// DisableAllocatorDualWrite=true, as servicecidr's plan tells them: with the
+// dual-write on, the legacy allocator keeps the old range in etcd and refuses
+// every address of the new one, even default/kubernetes's.
+func scAPIServerNewRange(minor int) []string {
+	if minor == 33 {
+		return []string{scNewRangeFlag, "--feature-gates=DisableAllocatorDualWrite=true"}
+	}
+	return []string{scNewRangeFlag}
+}
+
 func scWantAPIVersion(minor int) servicecidr.APIVersion {
 	switch {
 	case minor >= 33:
@@ -558,7 +570,7 @@ func TestServiceCIDRMoveOnRealControlPlane(t *testing.T) {
 
 	// kube-apiserver and kube-controller-manager take the new range.
 	start = time.Now()
-	require.NoError(t, c.Restart(ctx, harness.APIServer, scNewRangeFlag), "restart kube-apiserver with the new range")
+	require.NoError(t, c.Restart(ctx, harness.APIServer, scAPIServerNewRange(minor)...), "restart kube-apiserver with the new range")
 	require.NoError(t, c.Restart(ctx, harness.ControllerManager, scNewRangeFlag), "restart kube-controller-manager with the new range")
 	t.Logf("restarted kube-apiserver and kube-controller-manager with %s in %s", scNewRangeFlag, time.Since(start).Round(time.Millisecond))
 	// kube-apiserver never rewrites the default ServiceCIDR to follow its

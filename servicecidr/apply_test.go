@@ -431,7 +431,7 @@ func TestApplyExplainsThe133DualWriteTrapAndResumes(t *testing.T) {
 	require.ErrorIs(t, err, servicecidr.ErrDualWrite)
 	require.ErrorIs(t, err, servicecidr.ErrServiceLost)
 	assert.ErrorContains(t, err, "this is the Kubernetes 1.33 allocator dual-write")
-	assert.ErrorContains(t, err, "restart every kube-apiserver with --service-cluster-ip-range set to the new range")
+	assert.ErrorContains(t, err, "restart every kube-apiserver with --feature-gates=DisableAllocatorDualWrite=true and --service-cluster-ip-range set to the new range")
 	assert.ErrorContains(t, err, "upgrade to Kubernetes 1.34 or newer")
 	assert.ErrorContains(t, err, `record "service/kube-system/kube-dns"`)
 	_, ok := cl.Service("kube-system", "kube-dns")

@@ -45,7 +45,10 @@
 // It checks permissions first, supports client and server dry runs, reports
 // progress through a callback, measures how long each Service was absent,
 // retries creates while the new range is not yet allocatable, and explains
-// Kubernetes 1.33's allocator dual-write refusal. Deleting default/kubernetes
+// Kubernetes 1.33's allocator dual-write refusal: on 1.33 kube-apiserver must
+// be restarted with --feature-gates=DisableAllocatorDualWrite=true along with
+// the new --service-cluster-ip-range (the plan says so in its warnings and
+// manual steps), or it refuses every address of the new range. Deleting default/kubernetes
 // (when asked) is journaled too: if the run dies before kube-apiserver has
 // recreated it, Recover reports it absent, Plan with the journal keeps it in
 // the plan, and Apply waits for it.

@@ -123,10 +123,11 @@ func (e *DeletionBlockedError) Error() string {
 // Unwrap returns ErrDeletionBlocked.
 func (e *DeletionBlockedError) Unwrap() error { return ErrDeletionBlocked }
 
-// DualWriteError explains the Kubernetes 1.33 allocator trap: while the old
-// range is Terminating, the allocator still dual-writes to the bitmap of the
-// --service-cluster-ip-range flag and refuses the Service with "the provided
-// network does not match the current range".
+// DualWriteError explains the Kubernetes 1.33 allocator trap: with
+// DisableAllocatorDualWrite off (the 1.33 default) kube-apiserver mirrors
+// every ClusterIP into the legacy bitmap allocator, whose range is stored in
+// etcd and does not follow --service-cluster-ip-range, and refuses the
+// Service with "the provided range does not match the current range".
 type DualWriteError struct {
 	// Service is namespace/name.
 	Service string
@@ -139,8 +140,8 @@ type DualWriteError struct {
 // Error implements error.
 func (e *DualWriteError) Error() string {
 	return fmt.Sprintf("creating Service %s on %s: %v: this is the Kubernetes 1.33 allocator dual-write "+
-		"(DisableAllocatorDualWrite is off by default in 1.33): restart every kube-apiserver with "+
-		"--service-cluster-ip-range set to the new range (or enable --feature-gates=DisableAllocatorDualWrite=true), "+
+		"(DisableAllocatorDualWrite is off by default in 1.33; the legacy allocator's range is stored in etcd and does not follow the flag): "+
+		"restart every kube-apiserver with --feature-gates=DisableAllocatorDualWrite=true and --service-cluster-ip-range set to the new range, "+
 		"or upgrade to Kubernetes 1.34 or newer, then run apply again (the journal resumes)", e.Service, e.ServerVersion, e.Err)
 }
 

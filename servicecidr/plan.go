@@ -516,11 +516,9 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d LoadBalancer Service(s) stay in the old range (see skipped); the old ServiceCIDR stays Terminating until they move", lbLeft))
 	}
 	if s.Server.Minor == 33 {
-		p.Warnings = append(p.Warnings, "Kubernetes 1.33: while the old ServiceCIDR is Terminating and kube-apiserver still has the old --service-cluster-ip-range, "+
-			"the allocator's dual-write refuses every Service created without an explicit clusterIP (\"the provided network does not match the current range\"). "+
-			"Apply always sends explicit ClusterIPs, but other clients will fail: restart kube-apiserver with the new range soon after the move, or move on Kubernetes 1.34+")
+		p.Warnings = append(p.Warnings, dualWriteWarning)
 	}
-	p.Manual = manualSteps(p)
+	p.Manual = manualSteps(p, s.Server.Minor)
 	return p, nil
 }
 
@@ -630,12 +628,30 @@ func isKubernetesIPOf(p netip.Prefix, a netip.Addr) bool {
 	return err == nil && k == a
 }
 
-func manualSteps(p *Plan) []ManualStep {
+// dualWriteWarning is the plan's warning on Kubernetes 1.33, where
+// DisableAllocatorDualWrite is off by default: kube-apiserver mirrors every
+// ClusterIP into the legacy bitmap allocator, whose range is stored in etcd
+// (RangeAllocation) and is not updated when --service-cluster-ip-range
+// changes. Seen on the e2e control plane (1.33.13): restarted with the new
+// range alone, kube-apiserver refused every address of it ("the provided
+// range does not match the current range"), default/kubernetes's included;
+// with the gate on as well, the move finished.
+const dualWriteWarning = "Kubernetes 1.33 mirrors every ClusterIP into its legacy allocator (DisableAllocatorDualWrite is off by default), whose range is stored in etcd and does not follow --service-cluster-ip-range: " +
+	"restart every kube-apiserver with --feature-gates=DisableAllocatorDualWrite=true together with the new --service-cluster-ip-range, or it refuses every address of the new range " +
+	"(\"the provided range does not match the current range\"), default/kubernetes's included. Before that restart Services created without an explicit clusterIP may be refused too " +
+	"(Apply always sends explicit ClusterIPs). Kubernetes 1.34+ does not need the gate."
+
+func manualSteps(p *Plan, minor int) []ManualStep {
 	from, to := joinPrefixes(p.From), joinPrefixes(p.To)
 	steps := []ManualStep{
 		{Component: "kube-apiserver", Action: "set --service-cluster-ip-range on every kube-apiserver and restart them (static pod manifest /etc/kubernetes/manifests/kube-apiserver.yaml on kubeadm)", Old: from, New: to},
 		{Component: "kube-controller-manager", Action: "set --service-cluster-ip-range and restart it", Old: from, New: to},
 		{Component: "kubeadm-config", Action: "set networking.serviceSubnet in ConfigMap kube-system/kubeadm-config (ClusterConfiguration), so upgrades and joins use the new range", Old: from, New: to},
+	}
+	if minor == 33 {
+		steps = slices.Insert(steps, 1, ManualStep{Component: "kube-apiserver",
+			Action: "Kubernetes 1.33: in the same restart, add --feature-gates=DisableAllocatorDualWrite=true (merged with any gates already set): with the dual-write on, kube-apiserver keeps the legacy allocator's old range in etcd and refuses every address of the new one, default/kubernetes's included",
+			New:    "DisableAllocatorDualWrite=true"})
 	}
 	if p.Kubernetes != nil {
 		steps = append(steps,

@@ -260,8 +260,24 @@ func TestPlanWarnsAbout133AndPinnedManifests(t *testing.T) {
 	p, err := servicecidr.BuildPlan(snapshotOf(t, servicecidrtest.MustNew(o)), story3PlanOptions())
 	require.NoError(t, err)
 	w := strings.Join(p.Warnings, "\n")
-	assert.Contains(t, w, "Kubernetes 1.33: while the old ServiceCIDR is Terminating")
+	assert.Contains(t, w, "Kubernetes 1.33 mirrors every ClusterIP into its legacy allocator")
+	assert.Contains(t, w, "--feature-gates=DisableAllocatorDualWrite=true together with the new --service-cluster-ip-range")
 	assert.Contains(t, w, "Service shop/api: its kubectl last-applied configuration pins clusterIP 100.64.0.200")
+	gate := func(p *servicecidr.Plan) bool {
+		for _, m := range p.Manual {
+			if m.Component == "kube-apiserver" && m.New == "DisableAllocatorDualWrite=true" {
+				return true
+			}
+		}
+		return false
+	}
+	assert.True(t, gate(p), "1.33: the kube-apiserver restart also turns the dual-write off: %+v", p.Manual)
+
+	o.GitVersion = "v1.34.1"
+	p, err = servicecidr.BuildPlan(snapshotOf(t, servicecidrtest.MustNew(o)), story3PlanOptions())
+	require.NoError(t, err)
+	assert.NotContains(t, strings.Join(p.Warnings, "\n"), "DisableAllocatorDualWrite")
+	assert.False(t, gate(p), "1.34+ needs no gate")
 }
 
 func TestPlanRoundTripAndCheck(t *testing.T) {
