@@ -201,6 +201,53 @@ func TestStory3EndToEnd(t *testing.T) {
 	}
 }
 
+// TestStory3On133NeedsTheDualWriteGate replays what the e2e suite saw on
+// Kubernetes 1.33.13: kube-apiserver restarted with the new range but with
+// the allocator's dual-write still on cannot recreate default/kubernetes;
+// restarted with DisableAllocatorDualWrite=true (the plan's manual step), the
+// same Apply finishes.
+func TestStory3On133NeedsTheDualWriteGate(t *testing.T) {
+	ctx := context.Background()
+	o := story3Options("v1")
+	o.GitVersion, o.DualWrite, o.APIServerRange = "v1.33.13", true, "100.64.0.0/13"
+	cl := servicecidrtest.MustNew(o)
+	c := connect(t, cl)
+	po := story3PlanOptions()
+	po.IncludeLoadBalancers = true
+	p, err := c.Plan(ctx, po)
+	require.NoError(t, err)
+	assert.Contains(t, strings.Join(p.Warnings, "\n"), "--feature-gates=DisableAllocatorDualWrite=true")
+	ao := fastApply(t.TempDir())
+	ao.DeleteOld = true
+	ao.DrainTimeout = 20 * time.Millisecond
+	_, err = c.Apply(ctx, p, ao)
+	require.NoError(t, err, "explicit addresses of the new range pass while kube-apiserver has the old flag")
+
+	// The operator restarts kube-apiserver with the new range only.
+	require.NoError(t, cl.SetAPIServerRange("172.24.0.0/15"))
+	ao.DeleteKubernetesService = true
+	ao.DrainTimeout = 200 * time.Millisecond
+	res, _ := c.Apply(ctx, p, ao)
+	_, ok := cl.Service("default", "kubernetes")
+	assert.False(t, ok, "kube-apiserver cannot recreate default/kubernetes at 172.24.0.1 with the dual-write on")
+	if res != nil {
+		assert.NotContains(t, res.Kubernetes, "recreated by kube-apiserver")
+	}
+	ver, err := c.Verify(ctx, servicecidr.VerifyOptions{To: story3To, From: p.From, IncludeLoadBalancers: true})
+	require.NoError(t, err)
+	assert.False(t, ver.OK, "Verify reports default/kubernetes missing")
+
+	// Restarted again with the gate: the same command finishes.
+	cl.SetDualWrite(false)
+	ao.DrainTimeout = 2 * time.Second
+	res, err = c.Apply(ctx, p, ao)
+	require.NoError(t, err)
+	assert.Equal(t, "recreated by kube-apiserver at 172.24.0.1", res.Kubernetes)
+	ver, err = c.Verify(ctx, servicecidr.VerifyOptions{To: story3To, From: p.From, DNSIPs: addrs("172.24.0.10"), IncludeLoadBalancers: true})
+	require.NoError(t, err)
+	assert.True(t, ver.OK, "%v", ver.Findings)
+}
+
 func TestApplyKubernetesServiceBeforeTheFlagsChange(t *testing.T) {
 	o := story3Options("v1")
 	o.APIServerRange = "100.64.0.0/13"

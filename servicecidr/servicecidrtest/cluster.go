@@ -80,10 +80,17 @@ type Options struct {
 	// AllocatorDelay is how many requests after a ServiceCIDR turns Ready its
 	// addresses are still refused (the API server's informer lag).
 	AllocatorDelay int
-	// DualWrite models Kubernetes 1.33: while the "kubernetes" ServiceCIDR is
+	// DualWrite models Kubernetes 1.33 with DisableAllocatorDualWrite off
+	// (its default): kube-apiserver mirrors ClusterIPs into the legacy
+	// allocator, whose range is stored once (the first APIServerRange) and
+	// does not follow the flag. While the "kubernetes" ServiceCIDR is
 	// Terminating, a Service created without a clusterIP fails with
 	// "Internal error occurred: failed to allocate a serviceIP: the provided
-	// network does not match the current range".
+	// network does not match the current range"; once SetAPIServerRange has
+	// given kube-apiserver another range, every address of that range is
+	// refused with "failed to allocate IP X: the provided range does not
+	// match the current range", default/kubernetes's included (as seen on
+	// 1.33.13). SetDualWrite(false) models the restart with the gate on.
 	DualWrite bool
 	// APIServerRange is kube-apiserver's --service-cluster-ip-range: it
 	// recreates the "kubernetes" ServiceCIDR and default/kubernetes (first
@@ -135,8 +142,13 @@ type Cluster struct {
 	kubeAt    int // request count at which default/kubernetes is recreated; -1 none
 	kubeHeld  bool
 	apiRange  []netip.Prefix
-	createErr func(*corev1.Service) error
-	writes    []string
+	// legacyRange is the range the legacy allocator stored in etcd: the
+	// first API server range; dualWrite is whether ClusterIPs are mirrored
+	// into it.
+	legacyRange []netip.Prefix
+	dualWrite   bool
+	createErr   func(*corev1.Service) error
+	writes      []string
 }
 
 // New builds a fake cluster. Invalid initial objects are an error.
@@ -164,6 +176,7 @@ func New(opts Options) (*Cluster, error) {
 		nodePorts: map[int32]string{},
 		kubeAt:    -1,
 		drop:      map[*k8stesting.Fake]bool{},
+		dualWrite: opts.DualWrite,
 	}
 	if opts.APIServerRange != "" {
 		if err := c.SetAPIServerRange(opts.APIServerRange); err != nil {
@@ -265,7 +278,18 @@ func (c *Cluster) SetAPIServerRange(s string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.apiRange = ps
+	if c.legacyRange == nil {
+		c.legacyRange = ps
+	}
 	return nil
+}
+
+// SetDualWrite models restarting kube-apiserver with
+// --feature-gates=DisableAllocatorDualWrite=<!on> (see Options.DualWrite).
+func (c *Cluster) SetDualWrite(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dualWrite = on
 }
 
 // HoldKubernetesService models a kube-apiserver that is slow or down: while
@@ -1167,7 +1191,7 @@ func (c *Cluster) createService(svc *corev1.Service, dry bool) (*corev1.Service,
 	if !headless {
 		want := clusterIPStrings(svc)
 		if len(want) == 0 {
-			if c.opts.DualWrite {
+			if c.dualWrite {
 				if k, ok := c.scs["kubernetes"]; ok && k.deleted != nil {
 					return nil, apierrors.NewInternalError(errors.New("failed to allocate a serviceIP: the provided network does not match the current range"))
 				}
@@ -1272,6 +1296,9 @@ func (c *Cluster) canAllocate(ip netip.Addr) error {
 		return fmt.Errorf("the provided IP (%v) is not in the valid range. The range of valid IPs is %s", ip, strings.Join(valid, ","))
 	case !inReady:
 		return errors.New("the provided network does not match the current range")
+	}
+	if c.dualWrite && !slices.Equal(c.apiRange, c.legacyRange) && slices.ContainsFunc(c.apiRange, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		return errors.New("the provided range does not match the current range")
 	}
 	if _, used := c.ips[ip]; used {
 		return errors.New("provided IP is already allocated")

@@ -216,6 +216,32 @@ func TestDualWriteRefusesDynamicAllocation(t *testing.T) {
 	assert.NoError(t, err, "an explicit address in the new range avoids the dual-write path")
 }
 
+// TestDualWriteRefusesTheNewFlagRange is what the e2e suite saw on 1.33.13:
+// kube-apiserver restarted with the new range alone refuses every address of
+// it, default/kubernetes's included, until the dual-write is off.
+func TestDualWriteRefusesTheNewFlagRange(t *testing.T) {
+	c := base(t, Options{GitVersion: "v1.33.13", DualWrite: true, APIServerRange: "10.96.0.0/16", Services: []*corev1.Service{svc("default", "kubernetes", "10.96.0.1")},
+		ServiceCIDRs: []InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}, {Name: "new", CIDRs: []string{"10.100.0.0/16"}}}})
+	_, err := c.Kube.CoreV1().Services("a").Create(ctx, svc("a", "before", "10.100.0.5"), metav1.CreateOptions{})
+	require.NoError(t, err, "with the old flag, an address of the new range is outside the legacy allocator and passes")
+	require.NoError(t, c.SetAPIServerRange("10.100.0.0/16"))
+	_, err = c.Kube.CoreV1().Services("a").Create(ctx, svc("a", "after", "10.100.0.6"), metav1.CreateOptions{})
+	require.True(t, apierrors.IsInvalid(err), "%v", err)
+	assert.ErrorContains(t, err, "failed to allocate IP 10.100.0.6: the provided range does not match the current range")
+	require.NoError(t, c.Kube.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}))
+	c.Reconcile()
+	_, ok := c.Service("default", "kubernetes")
+	assert.False(t, ok, "kube-apiserver cannot recreate default/kubernetes at 10.100.0.1 either")
+
+	c.SetDualWrite(false)
+	_, err = c.Kube.CoreV1().Services("a").Create(ctx, svc("a", "after", "10.100.0.6"), metav1.CreateOptions{})
+	require.NoError(t, err, "restarted with DisableAllocatorDualWrite=true")
+	c.Reconcile()
+	k, ok := c.Service("default", "kubernetes")
+	require.True(t, ok)
+	assert.Equal(t, "10.100.0.1", k.Spec.ClusterIP)
+}
+
 func TestIPAddressesOnEveryVersion(t *testing.T) {
 	for _, v := range []string{"v1", "v1beta1", "v1alpha1"} {
 		c := base(t, Options{Version: v, Services: []*corev1.Service{svc("a", "web", "10.96.0.20")}})
