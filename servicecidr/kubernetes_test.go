@@ -28,24 +28,21 @@ func findingsFor(v *servicecidr.Verification, object string) []servicecidr.Verif
 	return out
 }
 
-// TestKilledRightAfterDeletingDefaultKubernetes: a run is killed right after
-// it deleted default/kubernetes, and kube-apiserver is slow to recreate it.
-// The journal keeps what was deleted: Recover reports it absent, a fresh
-// plan made with the journal still knows it (old and new address), Verify
-// says it is missing and where kube-apiserver will put it, and applying the
-// fresh plan once kube-apiserver catches up waits for it and records it.
-func TestKilledRightAfterDeletingDefaultKubernetes(t *testing.T) {
+// killedAfterKubernetesDelete runs story 3 with every kube-apiserver already
+// on the new range but holding back the recreation of default/kubernetes,
+// and kills the run right after it deleted default/kubernetes. It returns
+// the cluster (revived), the plan and the journal directory.
+func killedAfterKubernetesDelete(t *testing.T) (*servicecidrtest.Cluster, *servicecidr.Plan, string) {
+	t.Helper()
 	ctx := context.Background()
 	o := story3Options("v1")
 	o.APIServerRange = "172.24.0.0/15" // every kube-apiserver already runs with the new range
 	cl := servicecidrtest.MustNew(o)
 	cl.HoldKubernetesService(true) // ... but it does not recreate default/kubernetes yet
 	c := connect(t, cl)
-	po := story3PlanOptions()
-	p, err := c.Plan(ctx, po)
+	p, err := c.Plan(ctx, story3PlanOptions())
 	require.NoError(t, err)
 	require.NotNil(t, p.Kubernetes)
-
 	dir := t.TempDir()
 	ao := fastApply(dir)
 	ao.DeleteKubernetesService = true
@@ -59,6 +56,18 @@ func TestKilledRightAfterDeletingDefaultKubernetes(t *testing.T) {
 	_, err = c.Apply(runCtx, p, ao)
 	require.ErrorIs(t, err, servicecidrtest.ErrKilled)
 	cl.Revive()
+	return cl, p, dir
+}
+
+// TestKilledRightAfterDeletingDefaultKubernetes: a run is killed right after
+// it deleted default/kubernetes, and kube-apiserver is slow to recreate it.
+// The journal keeps what was deleted: Recover reports it absent, a fresh
+// plan made with the journal still knows it (old and new address), Verify
+// says it is missing and where kube-apiserver will put it, and applying the
+// fresh plan once kube-apiserver catches up waits for it and records it.
+func TestKilledRightAfterDeletingDefaultKubernetes(t *testing.T) {
+	ctx := context.Background()
+	cl, p, dir := killedAfterKubernetesDelete(t)
 	_, ok := cl.Service("default", "kubernetes")
 	require.False(t, ok, "the killed run left default/kubernetes deleted")
 
@@ -137,27 +146,8 @@ func TestApplyWaitsForAJournaledKubernetesServiceWithAnOldPlan(t *testing.T) {
 	for _, fresh := range []bool{false, true} {
 		t.Run(map[bool]string{false: "same plan", true: "plan made without the journal"}[fresh], func(t *testing.T) {
 			ctx := context.Background()
-			o := story3Options("v1")
-			o.APIServerRange = "172.24.0.0/15"
-			cl := servicecidrtest.MustNew(o)
-			cl.HoldKubernetesService(true)
-			c := connect(t, cl)
-			p, err := c.Plan(ctx, story3PlanOptions())
-			require.NoError(t, err)
-			dir := t.TempDir()
-			ao := fastApply(dir)
-			ao.DeleteKubernetesService = true
-			runCtx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			ao.Progress = func(e servicecidr.Event) {
-				if e.Kind == servicecidr.EventKubernetesDeleted {
-					cl.KillAfter(0, cancel)
-				}
-			}
-			_, err = c.Apply(runCtx, p, ao)
-			require.ErrorIs(t, err, servicecidrtest.ErrKilled)
-			cl.Revive()
-
+			cl, p, dir := killedAfterKubernetesDelete(t)
+			var err error
 			c2 := connect(t, cl)
 			if fresh {
 				po := story3PlanOptions()
@@ -167,7 +157,7 @@ func TestApplyWaitsForAJournaledKubernetesServiceWithAnOldPlan(t *testing.T) {
 				require.Nil(t, p.Kubernetes, "made without the journal: it does not know")
 			}
 			rec := &recorder{}
-			ao = fastApply(dir) // not asked to delete it: it is already deleted
+			ao := fastApply(dir) // not asked to delete it: it is already deleted
 			ao.Progress = func(e servicecidr.Event) {
 				rec.add(e)
 				if e.Kind == servicecidr.EventKubernetesAwaited {
@@ -190,26 +180,7 @@ func TestApplyWaitsForAJournaledKubernetesServiceWithAnOldPlan(t *testing.T) {
 // bring it back.
 func TestRecoverFindsDefaultKubernetesRecreated(t *testing.T) {
 	ctx := context.Background()
-	o := story3Options("v1")
-	o.APIServerRange = "172.24.0.0/15"
-	cl := servicecidrtest.MustNew(o)
-	cl.HoldKubernetesService(true)
-	c := connect(t, cl)
-	p, err := c.Plan(ctx, story3PlanOptions())
-	require.NoError(t, err)
-	dir := t.TempDir()
-	ao := fastApply(dir)
-	ao.DeleteKubernetesService = true
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ao.Progress = func(e servicecidr.Event) {
-		if e.Kind == servicecidr.EventKubernetesDeleted {
-			cl.KillAfter(0, cancel)
-		}
-	}
-	_, err = c.Apply(runCtx, p, ao)
-	require.ErrorIs(t, err, servicecidrtest.ErrKilled)
-	cl.Revive()
+	cl, p, dir := killedAfterKubernetesDelete(t)
 	cl.HoldKubernetesService(false)
 	cl.Reconcile()
 
