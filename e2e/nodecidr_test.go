@@ -1105,8 +1105,16 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 			return err
 		}
 		ready := 0
+		var others []string
 		for _, p := range list.Items {
 			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				why := ""
+				for _, c := range p.Status.Conditions {
+					if c.Status != corev1.ConditionTrue && c.Message != "" {
+						why += "; " + string(c.Type) + ": " + c.Message
+					}
+				}
+				others = append(others, fmt.Sprintf("%s (phase %s, node %q, deleting %t%s)", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil, why))
 				continue
 			}
 			if ip := netip.MustParseAddr(p.Status.PodIP); !newRange.Contains(ip) {
@@ -1115,7 +1123,7 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 			ready++
 		}
 		if ready != int(replicas) {
-			return fmt.Errorf("%d of %d pods running in %s", ready, replicas, newRange)
+			return fmt.Errorf("%d of %d pods running in %s; the others: %s", ready, replicas, newRange, strings.Join(others, ", "))
 		}
 		return nil
 	})
