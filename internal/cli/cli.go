@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -106,10 +107,26 @@ func RESTConfig(kubeconfig, context string) (*rest.Config, error) {
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		// A kubeconfig that cannot be loaded, or a context it lacks, is bad
+		// input (exit code 2), not an unreachable cluster.
+		return nil, &UsageError{Msg: "loading kubeconfig: " + OneLine(err)}
 	}
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 50, 100
+	}
+	return cfg, nil
+}
+
+// Connect is RESTConfig followed by Reach: a loaded configuration whose API
+// server answered, or a bad-input (2) or unreachable (4) error within
+// ReachTimeout. Progress lines go to progress while it retries.
+func Connect(ctx context.Context, kubeconfig, kubeContext string, progress io.Writer) (*rest.Config, error) {
+	cfg, err := RESTConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return nil, err
+	}
+	if err := Reach(ctx, cfg, progress); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
