@@ -5,16 +5,32 @@
 #                 etcd and kwok from Go modules into e2e/.cache the first time, then runs the scenarios
 #   make fuzz   - a short fuzzing pass over every parser
 #   make bench  - benchmarks (not part of CI)
+#   make deps   - the Debian packages the data-plane tests need (iptables, conntrack, iproute2),
+#                 installed with apt-get when missing; part of make test
+#   make lint   - go vet and staticcheck over both modules; part of make test
 
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test unit e2e fuzz bench
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-test: unit e2e
+.PHONY: test unit e2e fuzz bench deps lint
+
+test: deps lint unit e2e
+
+deps:
+	@missing=""; for c in iptables conntrack ip; do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing iptables conntrack iproute2 (missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables conntrack iproute2 >/dev/null; \
+	fi
+
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	cd e2e && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 unit:
-	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 
 e2e:

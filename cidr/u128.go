@@ -48,8 +48,6 @@ func (a u128) sub(b u128) u128 {
 	return u128{hi, lo}
 }
 
-func (a u128) less(b u128) bool { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo) }
-
 // shl returns v << n for n in [0,128).
 func shl64(v uint64, n uint) u128 {
 	switch {
