@@ -298,8 +298,10 @@ func Apply(ctx context.Context, cl Cluster, plan *SwapPlan, opts ApplyOptions) (
 	if err := cl.check(); err != nil {
 		return nil, err
 	}
-	if plan == nil || plan.ID == "" || plan.OldPool.Name == "" || plan.NewPool.Name == "" || !plan.OldCIDR.IsValid() {
-		return nil, errors.New("calico: Apply needs a plan made by Plan (ID, old and new pool set)")
+	// A plan is untrusted input (a file a person may have edited): its own
+	// invariants are checked before anything else, nothing written.
+	if err := CheckPlan(plan); err != nil {
+		return nil, err
 	}
 	if plan.API != "" && plan.API != cl.Pools.API() {
 		return nil, &StalePlanError{Object: "Calico API", Field: "api", Planned: string(plan.API), Found: string(cl.Pools.API())}
@@ -358,6 +360,11 @@ func (a *applier) run(ctx context.Context) error {
 	}
 	done, err := a.checkFresh(ctx)
 	if err != nil || done {
+		return err
+	}
+	// The new pool against the pools as they are now, before the first write
+	// (createPool checks again right before its create).
+	if err := a.checkNewPool(ctx); err != nil {
 		return err
 	}
 	if a.opts.DryRun != DryRunClient {
@@ -436,6 +443,17 @@ func (a *applier) checkFresh(ctx context.Context) (bool, error) {
 		return false, &StalePlanError{Object: "IPPool " + old.Name, Field: "metadata.resourceVersion", Planned: a.plan.OldPool.ResourceVersion, Found: old.ResourceVersion}
 	}
 	return false, nil
+}
+
+// checkNewPool validates the plan's new pool against the cluster's pools
+// now: a pool created since the plan was made must not overlap it.
+func (a *applier) checkNewPool(ctx context.Context) error {
+	pools, err := a.cl.Pools.List(ctx)
+	if err != nil {
+		return err
+	}
+	env := Environment{ClusterCIDRs: a.plan.ClusterCIDRs, ServiceCIDRs: a.plan.ServiceCIDRs, NodeNetworks: a.plan.NodeNetworks, Pools: pools}
+	return ValidateNewPool(a.plan.NewPool, env)
 }
 
 // enter records that a phase starts (durably, before any of its writes).

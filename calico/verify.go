@@ -11,6 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// ErrInvalidTarget is wrapped by Verify's error when the target contradicts
+// the cluster: an old CIDR other than the existing old pool's.
+var ErrInvalidTarget = errors.New("verify target does not match the cluster")
+
 // VerifyTarget is what Verify checks.
 type VerifyTarget struct {
 	// OldPool is the retired pool's name (it may be gone already).
@@ -98,13 +102,15 @@ func Verify(ctx context.Context, cl Cluster, t VerifyTarget) (*VerifyResult, err
 			}
 			v.OldPoolExists = true
 			v.OldPoolStopped = old.AllocationStopped()
-			if !v.OldCIDR.IsValid() {
-				pfx, err := old.Prefix()
-				if err != nil {
-					return nil, err
-				}
-				v.OldCIDR = pfx
+			pfx, err := old.Prefix()
+			if err != nil {
+				return nil, err
 			}
+			if v.OldCIDR.IsValid() && v.OldCIDR.Masked() != pfx {
+				// Checking another range than the pool's would prove nothing.
+				return nil, fmt.Errorf("%w: old CIDR %s is not the CIDR of IPPool %q (%s)", ErrInvalidTarget, v.OldCIDR, t.OldPool, pfx)
+			}
+			v.OldCIDR = pfx
 			if !v.OldPoolStopped {
 				v.Problems = append(v.Problems, fmt.Sprintf("IPPool %q is still enabled: new pods can get addresses from it", t.OldPool))
 			}

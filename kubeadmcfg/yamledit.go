@@ -412,11 +412,6 @@ func (t *textBuf) line(l int) string { return string(t.src[t.lineStart(l):t.line
 
 func indentOf(s string) int { return len(s) - len(strings.TrimLeft(s, " ")) }
 
-func blankOrComment(s string) bool {
-	s = strings.TrimSpace(s)
-	return s == "" || strings.HasPrefix(s, "#")
-}
-
 // offset converts a 1-based line and 1-based character column into a byte offset.
 func (t *textBuf) offset(line, col int) (int, bool) {
 	if line < 1 || line > t.lines() || col < 1 {

@@ -205,6 +205,7 @@ func (r *Rules) evict(a k8stesting.CreateActionImpl) (bool, runtime.Object, erro
 	}
 	if p := opts.Preconditions; p != nil && p.UID != nil && *p.UID != pod.UID {
 		return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), pod.Name,
+			//lint:ignore ST1005 the API server's message, verbatim
 			fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", *p.UID, pod.UID))
 	}
 	dry := isDryRun(opts.DryRun)
@@ -238,6 +239,7 @@ func (r *Rules) evict(a k8stesting.CreateActionImpl) (bool, runtime.Object, erro
 		return del()
 	}
 	if len(match) > 1 {
+		//lint:ignore ST1005 the API server's message, verbatim
 		return true, nil, apierrors.NewInternalError(fmt.Errorf("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."))
 	}
 	pdb := match[0]

@@ -331,10 +331,12 @@ func (r *Rules) delete(gvr schema.GroupVersionResource, a k8stesting.DeleteActio
 	if p := a.DeleteOptions.Preconditions; p != nil {
 		if p.UID != nil && *p.UID != acc.GetUID() {
 			return true, nil, apierrors.NewConflict(gvr.GroupResource(), a.GetName(),
+				//lint:ignore ST1005 the API server's message, verbatim
 				fmt.Errorf("Precondition failed: UID in precondition: %s, UID in object meta: %s", *p.UID, acc.GetUID()))
 		}
 		if p.ResourceVersion != nil && *p.ResourceVersion != acc.GetResourceVersion() {
 			return true, nil, apierrors.NewConflict(gvr.GroupResource(), a.GetName(),
+				//lint:ignore ST1005 the API server's message, verbatim
 				fmt.Errorf("Precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %s", *p.ResourceVersion, acc.GetResourceVersion()))
 		}
 	}

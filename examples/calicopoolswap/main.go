@@ -17,8 +17,13 @@
 // --context, KUBECONFIG), prints text by default and -o json|yaml for
 // machines, and changes nothing unless `apply --apply` (or --dry-run=server,
 // which sends dry-run writes). Exit status: 0 done, 1 failed (or verify found
-// leftovers), 2 bad input, 3 waiting for a change to the Tigera operator's
-// Installation (the line says which; run apply again once it is made).
+// leftovers), 2 bad input (flags, a pool that does not exist, a plan file that
+// does not decode or breaks its invariants, a kubeconfig that cannot be
+// loaded), 3 waiting for a change to the Tigera operator's Installation (the
+// line says which), 4 cluster unreachable or access forbidden, 130
+// interrupted. A plan file is untrusted: its new pool must agree with its
+// newCIDR, lie inside its cluster CIDR and overlap no pool, Service CIDR or
+// node network; --plan excludes the flags that make a plan.
 package main
 
 import (
@@ -28,14 +33,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	calicoclient "github.com/projectcalico/api/pkg/client/clientset_generated/clientset"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/cidr"
@@ -43,7 +45,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -53,12 +55,21 @@ func main() {
 type connectFunc func(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error)
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runWith(ctx, args, stdout, stderr, connect)
+	return runWith(ctx, args, stdout, stderr, connectWith(stderr))
 }
 
-// connect reads the kubeconfig the way kubectl does and picks the Calico API by discovery.
-func connect(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+// connectWith is connect with its progress lines written to progress.
+func connectWith(progress io.Writer) connectFunc {
+	return func(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error) {
+		return connect(ctx, kubeconfig, kubeContext, progress)
+	}
+}
+
+// connect reads the kubeconfig the way kubectl does, checks that the API
+// server answers (an unreachable one is exit 4 within seconds, with progress
+// on stderr) and picks the Calico API by discovery.
+func connect(ctx context.Context, kubeconfig, kubeContext string, progress io.Writer) (calico.Cluster, error) {
+	cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, progress)
 	if err != nil {
 		return calico.Cluster{}, err
 	}
@@ -115,26 +126,26 @@ const usage = "usage: calicopoolswap plan|apply|verify|blocks|capacity [flags] (
 
 func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conn connectFunc) int {
 	code, err := dispatch(ctx, args, stdout, stderr, conn)
-	if err != nil {
-		var ue usageError
-		switch {
-		case errors.As(err, &ue):
-			fmt.Fprintln(stderr, "calicopoolswap: "+oneLine(err.Error()))
-			return 2
-		case errors.Is(err, calico.ErrInvalidPool), errors.Is(err, cidr.ErrSyntax), errors.Is(err, cidr.ErrHostBitsSet),
-			errors.Is(err, cidr.ErrEmpty), errors.Is(err, cidr.ErrDualStack), errors.Is(err, cidr.ErrMappedIPv6), errors.Is(err, cidr.ErrZone):
-			fmt.Fprintln(stderr, "calicopoolswap: "+oneLine(err.Error()))
-			return 2
-		case errors.Is(err, calico.ErrWaitingForOperator):
-			fmt.Fprintln(stderr, "calicopoolswap: "+oneLine(err.Error()))
-			return 3
-		}
-		fmt.Fprintln(stderr, "calicopoolswap: "+oneLine(err.Error()))
-		if code == 0 {
-			code = 1
-		}
+	if err == nil {
+		return code
 	}
-	return code
+	var ue usageError
+	if errors.As(err, &ue) {
+		err = cli.Usagef("%s", ue.msg)
+	}
+	if errors.Is(err, calico.ErrWaitingForOperator) && ctx.Err() == nil {
+		fmt.Fprintln(stderr, "calicopoolswap: "+oneLine(err.Error()))
+		return cli.ExitWaiting
+	}
+	return cli.Fail(stderr, "calicopoolswap", err, badInput...)
+}
+
+// badInput are the sentinels that mean bad input (exit 2): a pool or plan
+// that breaks a rule, a CIDR that does not parse, a verify target that
+// contradicts the cluster.
+var badInput = []error{
+	calico.ErrInvalidPool, calico.ErrInvalidPlan, calico.ErrInvalidTarget, calico.ErrNoJournal,
+	cidr.ErrSyntax, cidr.ErrHostBitsSet, cidr.ErrEmpty, cidr.ErrDualStack, cidr.ErrMappedIPv6, cidr.ErrZone,
 }
 
 func oneLine(s string) string {
@@ -200,7 +211,20 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, conn
 		return 2, usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return 2, usagef("unexpected argument %q", fs.Arg(0))
+		return 2, usagef("unexpected argument %q: %s takes only flags", fs.Arg(0), fs.Name())
+	}
+	if o.planFile != "" {
+		// A plan file fixes everything these flags would choose: refuse
+		// them rather than silently ignore one.
+		var conflict string
+		fs.Visit(func(f *flag.Flag) {
+			if conflict == "" && planFlags[f.Name] {
+				conflict = f.Name
+			}
+		})
+		if conflict != "" {
+			return 2, usagef("--plan %s and --%s exclude each other: the plan file fixes the swap; drop --%s or plan again", o.planFile, conflict, conflict)
+		}
 	}
 	switch o.output {
 	case "", "json", "yaml":
@@ -217,6 +241,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, conn
 	default:
 		return capacity(ctx, o, stdout, conn)
 	}
+}
+
+// planFlags are the flags that make a plan; --plan excludes them.
+var planFlags = map[string]bool{
+	"old-pool": true, "new-cidr": true, "new-name": true, "block-size": true, "cluster-cidr": true,
+	"service-cidr": true, "node-network": true, "move": true, "allow-delete-bare-pods": true,
 }
 
 func (o options) request() (calico.SwapRequest, error) {
@@ -266,12 +296,9 @@ func planOrApply(ctx context.Context, cmd string, o options, stdout, stderr io.W
 		if err != nil {
 			return 2, usagef("--plan: %v", err)
 		}
-		plan = &calico.SwapPlan{}
-		if err := yaml.UnmarshalStrict(data, plan); err != nil {
-			return 2, usagef("--plan %s: %v", o.planFile, err)
-		}
-		if plan.Kind != calico.PlanKind || plan.ID == "" {
-			return 2, usagef("--plan %s: not a %s (kind %q)", o.planFile, calico.PlanKind, plan.Kind)
+		// Untrusted input: decoded strictly, its invariants checked.
+		if plan, err = calico.DecodePlan(data); err != nil {
+			return 2, fmt.Errorf("--plan %s: %w", o.planFile, err)
 		}
 	} else if req, err = o.request(); err != nil {
 		return 2, err
@@ -302,6 +329,9 @@ func planOrApply(ctx context.Context, cmd string, o options, stdout, stderr io.W
 				// the old pool is gone and the new one is in place.
 				fmt.Fprintf(stdout, "Nothing to do: pool %s is gone and pool %s (%s) is in place; the swap is complete.\n", req.OldPool, req.NewName, req.NewCIDR)
 				return 0, nil
+			}
+			if errors.Is(err, calico.ErrPoolNotFound) {
+				return 2, usagef("--old-pool %q: no such IPPool in the cluster", req.OldPool)
 			}
 			return 1, err
 		}
@@ -421,6 +451,9 @@ func verify(ctx context.Context, o options, stdout io.Writer, conn connectFunc) 
 	if err != nil {
 		return 1, err
 	}
+	if err := poolExists(ctx, cl, "--old-pool", t.OldPool, !t.OldCIDR.IsValid()); err != nil {
+		return 2, err
+	}
 	v, err := calico.Verify(ctx, cl, t)
 	if err != nil {
 		return 1, err
@@ -477,13 +510,24 @@ func blocks(ctx context.Context, o options, stdout io.Writer, conn connectFunc) 
 	if err != nil {
 		return 1, err
 	}
-	if !t.OldCIDR.IsValid() {
+	if t.OldPool != "" {
 		p, err := cl.Pools.Get(ctx, t.OldPool)
-		if err != nil {
+		switch {
+		case errors.Is(err, calico.ErrPoolNotFound) && t.OldCIDR.IsValid():
+			// Deleted already: the CIDR given is the one to report.
+		case errors.Is(err, calico.ErrPoolNotFound):
+			return 2, usagef("--old-pool %q: no such IPPool in the cluster (give --old-cidr for a pool deleted already)", t.OldPool)
+		case err != nil:
 			return 1, err
-		}
-		if t.OldCIDR, err = p.Prefix(); err != nil {
-			return 1, err
+		default:
+			pfx, err := p.Prefix()
+			if err != nil {
+				return 1, err
+			}
+			if t.OldCIDR.IsValid() && t.OldCIDR != pfx {
+				return 2, usagef("--old-cidr %s is not the CIDR of IPPool %q (%s): give one of the two, or both agreeing", t.OldCIDR, t.OldPool, pfx)
+			}
+			t.OldCIDR = pfx
 		}
 	}
 	r, err := calico.ReportBlocks(ctx, cl.Blocks, t.OldCIDR)
@@ -538,6 +582,9 @@ func capacity(ctx context.Context, o options, stdout io.Writer, conn connectFunc
 			return 1, err
 		}
 		if p, err = cl.Pools.Get(ctx, o.pool); err != nil {
+			if errors.Is(err, calico.ErrPoolNotFound) {
+				return 2, usagef("--pool %q: no such IPPool in the cluster", o.pool)
+			}
 			return 1, err
 		}
 	default:
@@ -559,6 +606,18 @@ func capacity(ctx context.Context, o options, stdout io.Writer, conn connectFunc
 		fmt.Fprintf(stdout, "  warning: %s\n", w.Message)
 	}
 	return 0, nil
+}
+
+// poolExists refuses a named pool that does not exist, when it must.
+func poolExists(ctx context.Context, cl calico.Cluster, flagName, name string, must bool) error {
+	if name == "" || !must {
+		return nil
+	}
+	_, err := cl.Pools.Get(ctx, name)
+	if errors.Is(err, calico.ErrPoolNotFound) {
+		return usagef("%s %q: no such IPPool in the cluster (give --old-cidr for a pool deleted already)", flagName, name)
+	}
+	return err
 }
 
 // swapDone reports whether the new pool exists with the requested CIDR.

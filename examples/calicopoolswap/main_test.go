@@ -186,10 +186,11 @@ func TestPlanApplyVerifyWithFakes(t *testing.T) {
 	code, out, errOut = exec(t, conn, append([]string{"apply", "--apply", "--journal", journal}, base...)...)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "Nothing to do: pool default-ipv4-ippool is gone and pool pool-10-20-0-0-16 (10.20.0.0/16) is in place")
-	// But a pool that was never swapped in is still an error.
+	// But a pool that was never swapped in is still an error: bad input
+	// naming the pool that does not exist.
 	code, _, errOut = exec(t, conn, "apply", "--apply", "--journal", journal, "--old-pool", "default-ipv4-ippool", "--new-cidr", "10.30.0.0/16", "--cluster-cidr", "10.30.0.0/16")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "IPPool not found")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `--old-pool "default-ipv4-ippool": no such IPPool`)
 }
 
 func TestApplyOperatorExitsThree(t *testing.T) {

@@ -24,7 +24,9 @@
 // the ConfigMaps (with the resourceVersion it read, so a concurrent edit is
 // refused), and --out DIR writes the rewritten manifests for the operator.
 // Exit status: 0 fine, 1 findings of severity error (or a failed apply),
-// 2 bad input.
+// 2 bad input (including a --manifests directory that is missing or holds no
+// manifest, a run that read nothing, a kubeconfig that cannot be loaded, and
+// set --apply of a layout with errors), 4 cluster unreachable or forbidden.
 package main
 
 import (
@@ -48,23 +50,36 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := cli.SignalContext()
+	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, kubeClientWith(os.Stderr))
+	stop()
+	os.Exit(code)
 }
 
 // clientFunc builds a Kubernetes client from the kubeconfig flags.
 type clientFunc func(kubeconfig, context string) (kubernetes.Interface, error)
 
-func kubeClient(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
+// run is the whole program without a signal context; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	return runWith(context.Background(), args, stdout, stderr, kubeClientWith(stderr))
 }
 
-// run is the whole program; it returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
-	return runWith(context.Background(), args, stdout, stderr, kubeClient)
+// kubeClientWith loads the kubeconfig the kubectl way and checks that the API
+// server answers (within seconds, progress lines to progress): a kubeconfig
+// that cannot be loaded is a *cli.UsageError (exit 2), a server that does
+// not answer a *cli.UnreachableError (exit 4).
+func kubeClientWith(progress io.Writer) clientFunc {
+	return func(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
+		cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+		if err != nil {
+			return nil, err
+		}
+		// Reach gives up within cli.ReachTimeout on its own.
+		if err := cli.Reach(context.Background(), cfg, progress); err != nil {
+			return nil, err
+		}
+		return kubernetes.NewForConfig(cfg)
+	}
 }
 
 // usageError is bad input: exit 2 with one line.
@@ -123,12 +138,18 @@ func parseArgs(args []string) (*options, error) {
 	fs.Func("pool", "Calico pool NAME=CIDR (repeatable)", func(v string) error {
 		name, c, ok := strings.Cut(v, "=")
 		if !ok || name == "" || c == "" {
-			return fmt.Errorf("want NAME=CIDR, got %q", v)
+			return fmt.Errorf("--pool %q: want NAME=CIDR", v)
+		}
+		if _, err := cidr.ParseList(c); err != nil {
+			return fmt.Errorf("--pool %q: %v", v, err)
 		}
 		o.pools = append(o.pools, kubeadmcfg.PodPool{Name: name, Kind: cidr.KindCalicoPool, CIDR: c})
 		return nil
 	})
 	fs.Func("flannel-network", "flannel Network CIDR", func(v string) error {
+		if _, err := cidr.ParseList(v); err != nil {
+			return fmt.Errorf("--flannel-network %q: %v", v, err)
+		}
 		o.pools = append(o.pools, kubeadmcfg.PodPool{Name: "net-conf.json", Kind: cidr.KindFlannelNetwork, CIDR: v})
 		return nil
 	})
@@ -152,9 +173,23 @@ func parseArgs(args []string) (*options, error) {
 		return nil, badInput("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return nil, badInput("unexpected argument %q", fs.Arg(0))
+		return nil, badInput("unexpected argument %q: %s takes only flags", fs.Arg(0), fs.Name())
 	}
 	fs.Visit(func(f *flag.Flag) { o.setFlags[f.Name] = true })
+	if o.setFlags["manifests"] && o.manifests != "" {
+		// A directory named on the command line must be there: reading
+		// nothing from it must not pass for "no findings".
+		if st, err := os.Stat(o.manifests); err != nil || !st.IsDir() {
+			return nil, badInput("--manifests %s: not a directory; give the static-pod manifest directory, or --manifests \"\" to skip the manifests", o.manifests)
+		}
+	}
+	if o.outDir != "" && o.manifests != "" {
+		a, _ := filepath.Abs(o.outDir)
+		b, _ := filepath.Abs(o.manifests)
+		if a == b {
+			return nil, badInput("--out %s is the --manifests directory %s: the rewritten manifests go elsewhere, for the operator to copy", o.outDir, o.manifests)
+		}
+	}
 	switch o.output {
 	case "text", "json", "yaml":
 	default:
@@ -170,6 +205,14 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if o.cmd == "set" && o.podSubnet == "" && o.serviceSubnet == "" && o.nodeMask == 0 && o.nodeMaskIPv6 == 0 {
 		return nil, badInput("set needs --pod-subnet, --service-subnet or --node-mask")
+	}
+	for _, m := range []struct {
+		name string
+		v    int
+	}{{"node-mask", o.nodeMask}, {"node-mask-ipv6", o.nodeMaskIPv6}} {
+		if o.setFlags[m.name] && (m.v < 1 || m.v > 128) {
+			return nil, badInput("--%s %d: want 1-32 for IPv4 or 1-128 for IPv6", m.name, m.v)
+		}
 	}
 	o.kubeconfigGiven = o.setFlags["kubeconfig"] || o.setFlags["context"]
 	if o.offline && o.kubeconfigGiven {
@@ -200,16 +243,18 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, newCl
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintln(stderr, "kubeadmcfg:", ue.msg)
-		return 2
+		if strings.HasPrefix(ue.msg, "usage:") || strings.HasPrefix(ue.msg, "missing command") {
+			fmt.Fprintln(stderr, "kubeadmcfg:", ue.msg)
+			return cli.ExitBadInput
+		}
+		err = cli.Usagef("%s", ue.msg)
 	}
-	fmt.Fprintln(stderr, "kubeadmcfg:", oneLine(err.Error()))
 	var fe *kubeadmcfg.FieldError
 	var ve *kubeadmcfg.VersionError
 	if errors.As(err, &fe) || errors.As(err, &ve) {
-		return 2
+		err = cli.Usagef("%s", oneLine(err.Error()))
 	}
-	return 1
+	return cli.Fail(stderr, "kubeadmcfg", err, kubeadmcfg.ErrInvalid, kubeadmcfg.ErrUnsupportedVersion, kubeadmcfg.ErrNothingToDo)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -221,7 +266,11 @@ func load(ctx context.Context, o *options, newClient clientFunc, stderr io.Write
 	if !o.offline {
 		c, err := newClient(o.kubeconfig, o.kubeContext)
 		if err != nil {
-			if o.kubeconfigGiven || o.apply {
+			var ue *cli.UsageError
+			if o.kubeconfigGiven || o.apply || !errors.As(err, &ue) {
+				// A kubeconfig given (or found) that does not work is an
+				// error: 2 when it cannot be loaded, 4 when the server
+				// does not answer.
 				return nil, nil, fmt.Errorf("kubeconfig: %w", err)
 			}
 			// No kubeconfig anywhere: a control-plane node without one can still check its manifests.
@@ -259,8 +308,23 @@ func load(ctx context.Context, o *options, newClient clientFunc, stderr io.Write
 		if err := s.LoadManifests(o.manifests); err != nil {
 			return nil, nil, err
 		}
+		if o.setFlags["manifests"] && s.ControllerManager == nil && s.APIServer == nil {
+			return nil, nil, badInput("--manifests %s: holds neither %s nor %s", o.manifests, kubeadmcfg.ControllerManagerManifest, kubeadmcfg.APIServerManifest)
+		}
 	}
 	s.Pools = append(s.Pools, o.pools...)
+	noConfigMaps := s.Kubeadm == nil && s.KubeProxy == nil && s.Kubelet == nil
+	if noConfigMaps && s.ControllerManager == nil && s.APIServer == nil {
+		// A run that read nothing must not pass for "no findings".
+		where := "no kubeadm-config, kube-proxy or kubelet-config ConfigMap in kube-system"
+		if o.offline {
+			where = "no kubeadm-config, kube-proxy or kubelet-config file given"
+		}
+		return nil, nil, badInput("nothing to check: %s and no static-pod manifest read (--manifests %q); give the kubeconfig of a kubeadm cluster, --manifests DIR or the offline files", where, o.manifests)
+	}
+	if o.apply && noConfigMaps {
+		return nil, nil, badInput("--apply: nothing to update: the cluster has no kubeadm-config, kube-proxy or kubelet-config ConfigMap in kube-system")
+	}
 	return s, client, nil
 }
 
@@ -396,12 +460,34 @@ func (o *options) set(ctx context.Context, s *kubeadmcfg.Snapshot, client kubern
 	if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
 		return 0, badInput("%v", err)
 	}
+	var fe *kubeadmcfg.FieldError
+	if errors.As(err, &fe) && fe.Source == "intent" {
+		// Name the flag the user typed.
+		flagName := map[string]string{"podSubnet": "--pod-subnet", "serviceSubnet": "--service-subnet", "nodeMask": "--node-mask", "nodeMaskIPv6": "--node-mask-ipv6"}[fe.Field]
+		if flagName != "" {
+			return 2, badInput("%s %s: %s", flagName, fe.Value, oneLine(fe.Reason))
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
 	code := 0
 	if p.Blocked() {
 		code = 1
+		if o.apply {
+			// Refused: the requested layout is bad input; nothing is written.
+			var first kubeadmcfg.Finding
+			n := 0
+			for _, f := range p.Findings {
+				if f.Severity == cidr.SeverityError {
+					if n == 0 {
+						first = f
+					}
+					n++
+				}
+			}
+			return 2, badInput("not applied: %s gives a layout with %d error(s): %s: %s", o.intentFlags(), n, first.Code, oneLine(first.Message))
+		}
 	}
 	var res *kubeadmcfg.ApplyResult
 	var applyErr error
@@ -458,6 +544,19 @@ func (o *options) set(ctx context.Context, s *kubeadmcfg.Snapshot, client kubern
 		return 1, applyErr
 	}
 	return code, nil
+}
+
+// intentFlags names the set flags given, with their values.
+func (o *options) intentFlags() string {
+	var out []string
+	for _, f := range []struct {
+		name, v string
+	}{{"pod-subnet", o.podSubnet}, {"service-subnet", o.serviceSubnet}, {"node-mask", fmt.Sprint(o.nodeMask)}, {"node-mask-ipv6", fmt.Sprint(o.nodeMaskIPv6)}} {
+		if o.setFlags[f.name] {
+			out = append(out, "--"+f.name+" "+f.v)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func uniq(v []string) []string {

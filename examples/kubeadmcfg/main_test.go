@@ -98,9 +98,11 @@ func TestShow(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "testdata/manifests/kube-apiserver.yaml --service-cluster-ip-range\n    10.233.0.0/18\n")
 
-	code, out, _ = runT(t, noCluster, "show", "--offline", "--manifests", "")
-	require.Equal(t, 0, code)
-	assert.Contains(t, out, "nothing found")
+	// Reading nothing is an error, not an empty success.
+	code, out, errOut := runT(t, noCluster, "show", "--offline", "--manifests", "")
+	require.Equal(t, 2, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "nothing to check")
 }
 
 func TestSetPrintsPlanAndDiffs(t *testing.T) {

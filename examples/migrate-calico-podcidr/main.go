@@ -39,8 +39,13 @@
 //     would start with the new flag against the live nodes.
 //  9. delete-old-pool: delete the old Calico pool.
 //
+// Every input is checked against the cluster before the first write: --from
+// must be the old pool's CIDR, the old pool must exist, the new pool and the
+// node moves must be plannable.
+//
 // Exit codes: 0 done (or plan printed), 1 failure, 2 bad input (one line),
-// 3 waiting for an operator step.
+// 3 waiting for an operator step, 4 cluster unreachable or forbidden, 130
+// interrupted (rerun the same command to resume).
 package main
 
 import (
@@ -125,7 +130,7 @@ const probeLabel = "cidrshift.io/probe"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, kubeconfigConnector)
+	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, connectorWith(os.Stderr))
 	stop()
 	os.Exit(code)
 }
@@ -133,8 +138,19 @@ func main() {
 // connector builds the clients (calico.Cluster.Kube serves everything else).
 type connector func(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error)
 
-func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+// connectorWith is kubeconfigConnector with its progress lines (while the
+// API server does not answer) written to progress.
+func connectorWith(progress io.Writer) connector {
+	return func(ctx context.Context, kubeconfig, kubeContext string) (calico.Cluster, error) {
+		return kubeconfigConnector(ctx, kubeconfig, kubeContext, progress)
+	}
+}
+
+// kubeconfigConnector loads the kubeconfig the kubectl way and checks that the
+// API server answers: exit 2 for a kubeconfig that cannot be loaded, 4 for a
+// server that does not answer within seconds.
+func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string, progress io.Writer) (calico.Cluster, error) {
+	cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, progress)
 	if err != nil {
 		return calico.Cluster{}, err
 	}
@@ -246,6 +262,10 @@ type runbook struct {
 	nodeMask                int
 	cplan                   *calico.SwapPlan
 	nplan                   *nodecidr.Plan
+	// cplanSaved and nplanSaved: the plan is in the journal.
+	cplanSaved, nplanSaved bool
+	// validated: validate passed; the steps run.
+	validated bool
 }
 
 func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, connect connector) int {
@@ -296,8 +316,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		}
 		return o, badf("%s", err)
 	}
-	if fs.NArg() > 0 {
-		return o, badf("unexpected argument %q", fs.Arg(0))
+	if err := cli.NoArgs(fs); err != nil {
+		return o, err
 	}
 	switch o.output {
 	case "", "json", "yaml":
@@ -338,8 +358,22 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	if o.nodeMask < 0 || o.nodeMask > 32 {
 		return o, badf("--node-mask %d: want 1-32 (IPv4)", o.nodeMask)
 	}
-	if o.poll <= 0 || o.rolloutTimeout <= 0 || o.drainTimeout <= 0 || o.probeTimeout <= 0 {
-		return o, badf("--poll-interval, --rollout-timeout, --drain-timeout and --probe-timeout must be positive")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"poll-interval", o.poll}, {"rollout-timeout", o.rolloutTimeout}, {"drain-timeout", o.drainTimeout}, {"probe-timeout", o.probeTimeout}} {
+		if err := cli.NonNegative(d.name, d.v); err != nil {
+			return o, err
+		}
+		if d.v == 0 {
+			return o, badf("--%s %s: must be positive, e.g. 2s", d.name, d.v)
+		}
+	}
+	if o.apply && o.dryRun != "" {
+		return o, badf("--apply and --dry-run=%s exclude each other: give one of them", o.dryRun)
+	}
+	if o.newPool != "" && o.newPool == o.oldPool {
+		return o, badf("--new-pool %q is the --old-pool: the new pool needs another name", o.newPool)
 	}
 	return o, nil
 }
@@ -348,10 +382,12 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
+// badInput are the sentinels that mean bad input (exit 2).
+var badInput = []error{calico.ErrInvalidPool, calico.ErrInvalidPlan, calico.ErrPoolNotFound, nodecidr.ErrInvalidOptions}
+
 func isBadInput(err error) bool {
 	var ue usageError
-	return errors.As(err, &ue) || errors.Is(err, calico.ErrInvalidPool) || errors.Is(err, calico.ErrPoolNotFound) ||
-		errors.Is(err, nodecidr.ErrInvalidOptions)
+	return errors.As(err, &ue) || cli.ExitCode(err, badInput...) == cli.ExitBadInput
 }
 
 // parseStrict parses a CIDR a person typed.
@@ -386,13 +422,15 @@ func (r *runbook) run(connect connector) int {
 	case isBadInput(err):
 		code = exitBad
 	default:
-		code = exitFailed
+		// 4 unreachable or forbidden, 130 interrupted, else 1.
+		code = cli.ExitCode(err, badInput...)
 	}
 	if r.j != nil {
 		_ = r.j.Close()
 	}
-	if code == exitBad {
-		fmt.Fprintln(r.stderr, "migrate-calico-podcidr: "+oneLine(err.Error()))
+	if code == exitBad || (code != exitFailed && code != exitWaiting && len(r.rep.Steps) == 0) {
+		// Refused before any step ran: one line, no report, no next step.
+		cli.Fail(r.stderr, "migrate-calico-podcidr", err, badInput...)
 		return code
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
@@ -406,7 +444,7 @@ func (r *runbook) run(connect connector) int {
 		r.printText()
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
-		fmt.Fprintln(r.stderr, "migrate-calico-podcidr: "+oneLine(err.Error()))
+		cli.Fail(r.stderr, "migrate-calico-podcidr", err, badInput...)
 	}
 	return code
 }
@@ -474,12 +512,14 @@ func (r *runbook) execute(connect connector) error {
 		} else if !ok {
 			r.cplan = nil
 		}
+		r.cplanSaved = r.cplan != nil
 		r.nplan = &nodecidr.Plan{}
 		if ok, err := r.j.Get(keyNodePlan, r.nplan); err != nil {
 			return err
 		} else if !ok {
 			r.nplan = nil
 		}
+		r.nplanSaved = r.nplan != nil
 	}
 	r.cl, err = connect(r.ctx, r.o.kubeconfig, r.o.kubeContext)
 	if err != nil {
@@ -490,6 +530,12 @@ func (r *runbook) execute(connect connector) error {
 		return err
 	}
 	r.rep.From, r.rep.To, r.rep.ServiceCIDR = r.from, r.to, r.svc
+	// Every input is checked against the cluster, and the plans are made,
+	// before the first write (and before the first progress line).
+	pre, err := r.validate(found)
+	if err != nil {
+		return err
+	}
 	if r.mode == "apply" && !found {
 		if err := r.j.Put(keyRunbook, state{From: r.from, To: r.to, ServiceCIDR: r.svc, OldPool: r.o.oldPool, NewPool: newPool,
 			NewPoolCIDR: r.poolCIDR, Started: time.Now().UTC()}); err != nil {
@@ -504,8 +550,15 @@ func (r *runbook) execute(connect connector) error {
 		}
 	}
 
+	r.validated = true
+	if r.mode == "apply" {
+		if err := r.savePlans(); err != nil {
+			return err
+		}
+	}
+
 	steps := map[string]func(*StepReport) error{
-		stepPreflight: r.preflight,
+		stepPreflight: func(sr *StepReport) error { sr.Details = append(sr.Details, pre.Details...); return nil },
 		stepAddPool:   r.addPool,
 		stepDisable:   r.disablePool,
 		stepNodes:     r.moveNodes,
@@ -569,6 +622,81 @@ func (r *runbook) execute(connect connector) error {
 
 // discover fills --from (the old pool's CIDR), the Service CIDR and the node
 // mask from the cluster when they were not given.
+// validate checks the inputs against the cluster, read-only: the old pool
+// exists (unless this journal's run retired it already) and holds --from;
+// --to is a move; the preflight holds (capacity, conflicts, kube-controller-
+// manager's start-up, permissions); the Calico pool swap and the node moves
+// can be planned (a plan kept in the journal is checked as untrusted input).
+// It returns the preflight step's report.
+func (r *runbook) validate(found bool) (StepReport, error) {
+	sr := StepReport{Number: 1, Name: stepPreflight, Title: stepTitles[stepPreflight]}
+	old, err := r.cl.Pools.Get(r.ctx, r.o.oldPool)
+	oldExists := err == nil
+	switch {
+	case errors.Is(err, calico.ErrPoolNotFound):
+		if !found {
+			return sr, badf("--old-pool %q: no such IPPool in the cluster", r.o.oldPool)
+		}
+	case err != nil:
+		return sr, err
+	default:
+		pfx, err := old.Prefix()
+		if err != nil {
+			return sr, fmt.Errorf("IPPool %q: %w", r.o.oldPool, err)
+		}
+		if pfx != r.from {
+			return sr, badf("--from %s is not the range of IPPool %q (%s): --from must be the pod range in use", r.from, r.o.oldPool, pfx)
+		}
+	}
+	if r.to == r.from {
+		return sr, badf("--to %s is the range in use already (IPPool %q): nothing to move", r.to, r.o.oldPool)
+	}
+	if r.cplan != nil {
+		if err := calico.CheckPlan(r.cplan); err != nil {
+			return sr, fmt.Errorf("--journal %s: the recorded Calico plan: %w", r.o.journalDir, err)
+		}
+	}
+	if err := r.preflight(&sr); err != nil {
+		return sr, err
+	}
+	if oldExists || r.cplan != nil {
+		if _, err := r.calicoPlan(); err != nil {
+			return sr, err
+		}
+	}
+	if _, err := r.nodePlan(); err != nil {
+		return sr, err
+	}
+	return sr, nil
+}
+
+// savePlansIfApplying saves the plans once validation has passed (the steps
+// run): a refused run leaves no plan behind in the journal.
+func (r *runbook) savePlansIfApplying() error {
+	if r.mode != "apply" || !r.validated {
+		return nil
+	}
+	return r.savePlans()
+}
+
+// savePlans records the plans made by validate in the journal, so a rerun
+// carries out the same plans.
+func (r *runbook) savePlans() error {
+	if r.cplan != nil && !r.cplanSaved {
+		if err := r.j.Put(keyCalicoPlan, r.cplan); err != nil {
+			return err
+		}
+		r.cplanSaved = true
+	}
+	if r.nplan != nil && !r.nplanSaved {
+		if err := r.j.Put(keyNodePlan, r.nplan); err != nil {
+			return err
+		}
+		r.nplanSaved = true
+	}
+	return nil
+}
+
 func (r *runbook) discover() error {
 	if !r.from.IsValid() {
 		p, err := r.cl.Pools.Get(r.ctx, r.o.oldPool)
@@ -637,13 +765,13 @@ func (r *runbook) preflight(sr *StepReport) error {
 	if err != nil {
 		return err
 	}
-	oldCap, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: r.from, NodeMask: r.nodeMask})
-	if err != nil {
-		return badf("--from %s with node mask /%d: %v", r.from, r.nodeMask, err)
-	}
 	newCap, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: r.to, NodeMask: r.nodeMask})
 	if err != nil {
 		return badf("--to %s with node mask /%d: %v", r.to, r.nodeMask, err)
+	}
+	oldCap, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: r.from, NodeMask: r.nodeMask})
+	if err != nil {
+		return badf("--from %s with node mask /%d: %v", r.from, r.nodeMask, err)
 	}
 	sr.Details = append(sr.Details, fmt.Sprintf("capacity: %s with /%d node subnets holds %s nodes (was %s in %s); %d node(s) now",
 		r.to, r.nodeMask, newCap.MaxNodes, oldCap.MaxNodes, r.from, len(nodes)))
@@ -755,13 +883,8 @@ func (r *runbook) calicoPlan() (*calico.SwapPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.mode == "apply" {
-		if err := r.j.Put(keyCalicoPlan, p); err != nil {
-			return nil, err
-		}
-	}
 	r.cplan = p
-	return p, nil
+	return p, r.savePlansIfApplying()
 }
 
 func (r *runbook) calicoApply(sr *StepReport, stopAfter calico.Phase) (*calico.ApplyResult, error) {
@@ -888,13 +1011,8 @@ func (r *runbook) nodePlan() (*nodecidr.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.mode == "apply" {
-		if err := r.j.Put(keyNodePlan, p); err != nil {
-			return nil, err
-		}
-	}
 	r.nplan = p
-	return p, nil
+	return p, r.savePlansIfApplying()
 }
 
 func (r *runbook) moveNodes(sr *StepReport) error {
