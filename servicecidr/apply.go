@@ -511,6 +511,21 @@ func (a *applier) checkStale(ctx context.Context) ([]Move, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The plan's From must be the range the cluster uses: a plan file is
+	// untrusted, and a wrong From would create the target, move nothing and
+	// plan a flag change that strands every Service.
+	if a.p.Kubernetes != nil && a.p.Kubernetes.UID != "" {
+		s.KubernetesDeleted = &KubernetesDeletion{UID: a.p.Kubernetes.UID, OldIPs: a.p.Kubernetes.OldIPs}
+	}
+	if k := a.kubeJournaled; k != nil && len(k.OldIPs) > 0 {
+		s.KubernetesDeleted = &KubernetesDeletion{UID: k.OldUID, OldIPs: k.OldIPs}
+	}
+	if err := checkFrom(s, "plan from", a.p.From, a.p.To); err != nil {
+		return nil, err
+	}
+	if err := a.checkOld(s); err != nil {
+		return nil, err
+	}
 	live := make(map[string]*corev1.Service, len(s.Services))
 	owner := map[netip.Addr]string{}
 	for i := range s.Services {
@@ -559,8 +574,22 @@ func (a *applier) checkStale(ctx context.Context) ([]Move, error) {
 	if k := a.p.Kubernetes; k != nil {
 		planned[k.Key()] = true
 	}
-	for _, sk := range a.p.Skipped {
-		planned[sk.Namespace+"/"+sk.Name] = true
+	for i, sk := range a.p.Skipped {
+		key := sk.Namespace + "/" + sk.Name
+		planned[key] = true
+		// Only Services without a ClusterIP and LoadBalancers are left
+		// alone; a plan file that skips any other Service of the old range
+		// would strand it at the flag change.
+		if l := live[key]; l != nil && l.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			for _, ip := range ClusterIPs(l) {
+				for _, f := range a.p.From {
+					if f.Contains(ip) {
+						return nil, &FieldError{Field: fmt.Sprintf("plan skipped[%d]", i), Value: key, Err: ErrPlanFormat,
+							Reason: fmt.Sprintf("holds %s in the old range %s and is a %s Service: only headless, ExternalName and LoadBalancer Services may be left alone", ip, f, l.Spec.Type)}
+					}
+				}
+			}
+		}
 	}
 	for key, svc := range live {
 		if planned[key] {
@@ -599,6 +628,30 @@ func (a *applier) checkStale(ctx context.Context) ([]Move, error) {
 		return nil, &StalePlanError{Differences: diffs}
 	}
 	return todo, nil
+}
+
+// checkOld refuses a plan whose Old names a live ServiceCIDR (the same
+// object, or one the plan saw without a UID) that does not lie inside From:
+// DeleteOld would mark it for deletion.
+func (a *applier) checkOld(s *Snapshot) error {
+	for i, o := range a.p.Old {
+		for _, sc := range s.ServiceCIDRs {
+			if sc.Name != o.Name || (o.UID != "" && sc.UID != o.UID) {
+				continue
+			}
+			for _, q := range sc.CIDRs {
+				inside := false
+				for _, f := range a.p.From {
+					inside = inside || cidr.ContainsPrefix(f, q)
+				}
+				if !inside {
+					return &FieldError{Field: fmt.Sprintf("plan old[%d]", i), Value: o.Name, Err: ErrPlanFormat,
+						Reason: fmt.Sprintf("the live ServiceCIDR %s holds %s, outside from (%s): apply deletes only ServiceCIDRs of the old range", o.Name, joinPrefixes(sc.CIDRs), joinPrefixes(a.p.From))}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // movedByUs reports whether the journal records that an earlier run

@@ -34,6 +34,7 @@ var (
 	ErrDualWrite = errors.New("ClusterIP refused by the Kubernetes 1.33 allocator dual-write")
 	// ErrServiceLost means a Service was deleted and could not be recreated;
 	// its full definition is kept in the journal.
+	//lint:ignore ST1005 "Service" is the Kubernetes kind
 	ErrServiceLost = errors.New("Service deleted but not recreated")
 	// ErrPlanFormat means a plan file could not be read.
 	ErrPlanFormat = errors.New("malformed plan")

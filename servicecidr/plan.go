@@ -241,6 +241,9 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 	if err := ValidateCIDRs("--from", from); err != nil {
 		return nil, err
 	}
+	if err := checkFrom(s, "--from", from, opts.To); err != nil {
+		return nil, err
+	}
 	if len(opts.From) == 0 && samePrefixes(from, opts.To) {
 		return nil, &FieldError{Field: "--from", Reason: fmt.Sprintf("not given, and the %q ServiceCIDR already has %s (the --to range): nothing to move; name the old range with --from if Services are still in it", DefaultServiceCIDRName, joinPrefixes(from)), Err: ErrInvalid}
 	}
@@ -347,6 +350,26 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 			if s.Services[i].Labels[DNSLabelKey] == DNSLabelValue && len(ClusterIPs(&s.Services[i])) > 0 {
 				dnsKey, found = svcKey(&s.Services[i]), true
 				break
+			}
+		}
+	}
+	if !found && opts.DNSService != "" {
+		return nil, &FieldError{Field: "--dns-service", Value: opts.DNSService, Err: ErrInvalid,
+			Reason: "does not exist; name the cluster DNS Service (namespace/name), or leave the flag out to find kube-system/kube-dns or the Service labelled " + DNSLabelKey + "=" + DNSLabelValue}
+	}
+	if found && opts.DNSService != "" {
+		for i := range s.Services {
+			svc := &s.Services[i]
+			if svcKey(svc) != dnsKey {
+				continue
+			}
+			switch {
+			case svc.Spec.Type == corev1.ServiceTypeExternalName:
+				return nil, &FieldError{Field: "--dns-service", Value: dnsKey, Err: ErrInvalid, Reason: "is an ExternalName Service: it has no ClusterIP for kubelet clusterDNS"}
+			case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+				return nil, &FieldError{Field: "--dns-service", Value: dnsKey, Err: ErrInvalid, Reason: "is headless (clusterIP: None): it has no ClusterIP for kubelet clusterDNS"}
+			case dnsKey == KubernetesService:
+				return nil, &FieldError{Field: "--dns-service", Value: dnsKey, Err: ErrInvalid, Reason: "is the API server's own Service, not the cluster DNS"}
 			}
 		}
 	}
@@ -718,6 +741,46 @@ func (p *Plan) Check() error {
 	if !samePrefixes(p.Target.CIDRs, p.To) {
 		return bad("target.cidrs", joinPrefixes(p.Target.CIDRs), "must equal to ("+joinPrefixes(p.To)+")")
 	}
+	toFam := map[cidr.Family]bool{}
+	for _, t := range p.To {
+		toFam[cidr.FamilyOf(t)] = true
+	}
+	for i, f := range p.From {
+		if !toFam[cidr.FamilyOf(f)] {
+			return bad(fmt.Sprintf("from[%d]", i), f.String(), "has no range of its family in to ("+joinPrefixes(p.To)+")")
+		}
+		for _, t := range p.To {
+			if f.Overlaps(t) {
+				return bad(fmt.Sprintf("from[%d]", i), f.String(), "overlaps to "+t.String()+": the new range must be disjoint from the old one")
+			}
+		}
+	}
+	oldNames := map[string]bool{}
+	for i, o := range p.Old {
+		f := fmt.Sprintf("old[%d]", i)
+		if errs := validation.IsDNS1123Subdomain(o.Name); len(errs) > 0 {
+			return bad(f+".name", o.Name, strings.Join(errs, "; "))
+		}
+		if o.Name == p.Target.Name {
+			return bad(f+".name", o.Name, "is the target ServiceCIDR; apply would delete what it moves the Services into")
+		}
+		if oldNames[o.Name] {
+			return bad(f+".name", o.Name, "listed twice")
+		}
+		oldNames[o.Name] = true
+		if len(o.CIDRs) == 0 {
+			return bad(f+".cidrs", o.Name, "at least one CIDR is required")
+		}
+		for _, q := range o.CIDRs {
+			inside := false
+			for _, fr := range p.From {
+				inside = inside || cidr.ContainsPrefix(fr, q)
+			}
+			if !inside || !q.IsValid() {
+				return bad(f+".cidrs", q.String(), "must lie inside from ("+joinPrefixes(p.From)+"): only ServiceCIDRs of the old range are deleted")
+			}
+		}
+	}
 	seen := map[netip.Addr]string{}
 	keys := map[string]bool{}
 	check := func(i int, m Move) error {
@@ -727,6 +790,9 @@ func (p *Plan) Check() error {
 		}
 		if m.Namespace == "" || m.Name == "" {
 			return bad(f, m.Key(), "namespace and name are required")
+		}
+		if len(validation.IsDNS1123Label(m.Namespace)) > 0 || len(validation.IsDNS1035Label(m.Name)) > 0 {
+			return bad(f, m.Key(), "not a valid Service namespace/name")
 		}
 		if keys[m.Key()] {
 			return bad(f, m.Key(), "Service listed twice")
@@ -760,6 +826,13 @@ func (p *Plan) Check() error {
 			if !inTo {
 				return bad(fmt.Sprintf("%s.newIPs[%d]", f, j), n.String(), "is not a usable address of "+joinPrefixes(p.To))
 			}
+			if i >= 0 {
+				for _, t := range p.To {
+					if isKubernetesIPOf(t, n) {
+						return bad(fmt.Sprintf("%s.newIPs[%d]", f, j), n.String(), "is the first address of "+t.String()+", reserved for default/kubernetes")
+					}
+				}
+			}
 			if other, dup := seen[n]; dup {
 				return bad(fmt.Sprintf("%s.newIPs[%d]", f, j), n.String(), "also planned for "+other)
 			}
@@ -778,6 +851,41 @@ func (p *Plan) Check() error {
 	if p.Kubernetes != nil {
 		if err := check(-1, *p.Kubernetes); err != nil {
 			return err
+		}
+	}
+	var dnsMove *Move
+	for i := range p.Moves {
+		switch p.Moves[i].Role {
+		case "":
+		case "dns":
+			if dnsMove != nil {
+				return bad(fmt.Sprintf("moves[%d].role", i), "dns", "a second DNS Service; "+dnsMove.Key()+" is already the DNS Service")
+			}
+			dnsMove = &p.Moves[i]
+		case "kubernetes":
+		default:
+			return bad(fmt.Sprintf("moves[%d].role", i), p.Moves[i].Role, `valid roles are "dns" and "" (default/kubernetes belongs in kubernetes)`)
+		}
+	}
+	switch {
+	case p.DNS == nil && dnsMove != nil:
+		return bad("dns", "", "is missing but moves holds the DNS Service "+dnsMove.Key()+": the kubelet clusterDNS step would be lost")
+	case p.DNS != nil && dnsMove == nil:
+		return bad("dns", p.DNS.Namespace+"/"+p.DNS.Name, "names a DNS Service that no move with role dns recreates")
+	case p.DNS != nil && (p.DNS.Namespace != dnsMove.Namespace || p.DNS.Name != dnsMove.Name || !slices.Equal(p.DNS.OldIPs, dnsMove.OldIPs) || !slices.Equal(p.DNS.NewIPs, dnsMove.NewIPs)):
+		return bad("dns", p.DNS.Namespace+"/"+p.DNS.Name+" "+joinAddrs(p.DNS.OldIPs)+" -> "+joinAddrs(p.DNS.NewIPs),
+			"disagrees with its move "+dnsMove.Key()+" "+joinAddrs(dnsMove.OldIPs)+" -> "+joinAddrs(dnsMove.NewIPs))
+	}
+	if k := p.Kubernetes; k != nil {
+		if k.Key() != KubernetesService {
+			return bad("kubernetes", k.Key(), "must be "+KubernetesService)
+		}
+		for j, n := range k.NewIPs {
+			for _, t := range p.To {
+				if first, err := cidr.NthAddr(t, 1); err == nil && t.Contains(n) && first != n {
+					return bad(fmt.Sprintf("kubernetes.newIPs[%d]", j), n.String(), "must be "+first.String()+", the first address of "+t.String()+", where kube-apiserver recreates default/kubernetes")
+				}
+			}
 		}
 	}
 	return nil

@@ -198,10 +198,11 @@ func TestPlanFindsDNSByLabel(t *testing.T) {
 
 	po := story3PlanOptions()
 	po.DNSService = "kube-system/missing"
-	p, err = servicecidr.BuildPlan(snapshotOf(t, servicecidrtest.MustNew(o)), po)
-	require.NoError(t, err)
-	assert.Nil(t, p.DNS, "an explicit --dns-service is not guessed")
-	assert.Contains(t, strings.Join(p.Warnings, "\n"), "no cluster DNS Service kube-system/missing found")
+	_, err = servicecidr.BuildPlan(snapshotOf(t, servicecidrtest.MustNew(o)), po)
+	// An explicit --dns-service is not guessed, and one that does not exist
+	// is an error: a warning would silently drop the kubelet clusterDNS step.
+	require.ErrorIs(t, err, servicecidr.ErrInvalid)
+	assert.ErrorContains(t, err, `--dns-service "kube-system/missing": does not exist`)
 }
 
 func TestPlanDualStack(t *testing.T) {
@@ -314,6 +315,21 @@ func TestPlanRoundTripAndCheck(t *testing.T) {
 		{"kubernetes in moves", func(p *servicecidr.Plan) { p.Moves = append(p.Moves, *p.Kubernetes) }, "default/kubernetes is recreated by kube-apiserver"},
 		{"target", func(p *servicecidr.Plan) { p.Target.CIDRs = []netip.Prefix{pfx("10.0.0.0/8")} }, "must equal to"},
 		{"allocate", func(p *servicecidr.Plan) { p.Allocate = "" }, "valid values are offset and free"},
+		{"kubernetes address", func(p *servicecidr.Plan) { p.Moves[1].NewIPs = addrs("172.24.0.1") }, "reserved for default/kubernetes"},
+		{"from overlaps to", func(p *servicecidr.Plan) { p.From = []netip.Prefix{pfx("172.0.0.0/8")} }, `plan from[0] "172.0.0.0/8": overlaps to 172.24.0.0/15`},
+		{"from without its family in to", func(p *servicecidr.Plan) { p.From = append(p.From, pfx("fd00::/108")) }, `plan from[1] "fd00::/108": has no range of its family`},
+		{"old outside from", func(p *servicecidr.Plan) {
+			p.Old = []servicecidr.ObservedServiceCIDR{{Name: "other", CIDRs: []netip.Prefix{pfx("10.0.0.0/8")}}}
+		}, `plan old[0].cidrs "10.0.0.0/8": must lie inside from`},
+		{"old is the target", func(p *servicecidr.Plan) {
+			p.Old = []servicecidr.ObservedServiceCIDR{{Name: p.Target.Name, CIDRs: p.From}}
+		}, "is the target ServiceCIDR"},
+		{"role", func(p *servicecidr.Plan) { p.Moves[1].Role = "boss" }, `plan moves[1].role "boss"`},
+		{"two dns", func(p *servicecidr.Plan) { p.Moves[1].Role = "dns" }, "a second DNS Service"},
+		{"dns missing", func(p *servicecidr.Plan) { p.DNS = nil }, "the kubelet clusterDNS step would be lost"},
+		{"dns disagrees", func(p *servicecidr.Plan) { p.DNS.NewIPs = addrs("172.24.0.53") }, "disagrees with its move"},
+		{"kubernetes not first", func(p *servicecidr.Plan) { p.Kubernetes.NewIPs = addrs("172.24.0.2") }, `plan kubernetes.newIPs[0] "172.24.0.2": must be 172.24.0.1`},
+		{"bad name", func(p *servicecidr.Plan) { p.Moves[1].Name = "Web_1" }, "not a valid Service namespace/name"},
 	}
 	for _, tt := range tests {
 		err := edit(tt.f)
@@ -325,4 +341,44 @@ func TestPlanRoundTripAndCheck(t *testing.T) {
 	assert.ErrorContains(t, err, `unknown field "surprise"`)
 	var fe *servicecidr.FieldError
 	assert.True(t, errors.As(err, &fe))
+}
+
+// TestPlanRefusesFromNotInUse: issue 20, defect 3. A --from that is not the
+// range holding default/kubernetes and the ClusterIPs is refused, naming what
+// is in use, before anything could be written.
+func TestPlanRefusesFromNotInUse(t *testing.T) {
+	s := snapshotOf(t, servicecidrtest.MustNew(story3Options("v1")))
+	for _, tt := range []struct {
+		name string
+		from []netip.Prefix
+		want []string
+	}{
+		{"elsewhere", []netip.Prefix{pfx("10.200.0.0/16")}, []string{`--from "10.200.0.0/16"`, "default/kubernetes is at 100.64.0.1", "ServiceCIDR kubernetes 100.64.0.0/13 (5 ClusterIP(s), default/kubernetes 100.64.0.1)"}},
+		{"part", []netip.Prefix{pfx("100.64.0.0/24")}, []string{`--from "100.64.0.0/24"`, "covers only part of ServiceCIDR kubernetes (100.64.0.0/13)", "shop/ingress 100.64.1.1", "shop/web 100.64.3.7", "give --from 100.64.0.0/13"}},
+	} {
+		po := story3PlanOptions()
+		po.From = tt.from
+		_, err := servicecidr.BuildPlan(s, po)
+		require.ErrorIs(t, err, servicecidr.ErrInvalid, tt.name)
+		for _, w := range tt.want {
+			assert.ErrorContains(t, err, w, tt.name)
+		}
+	}
+	// The range in use, and a rerun after the flag change (default/kubernetes
+	// already in To), are accepted.
+	po := story3PlanOptions()
+	po.From = []netip.Prefix{pfx("100.64.0.0/13")}
+	_, err := servicecidr.BuildPlan(s, po)
+	require.NoError(t, err)
+	for i := range s.Services {
+		if s.Services[i].Namespace == "default" && s.Services[i].Name == "kubernetes" {
+			s.Services[i].Spec.ClusterIP, s.Services[i].Spec.ClusterIPs = "172.24.0.1", []string{"172.24.0.1"}
+		}
+	}
+	_, err = servicecidr.BuildPlan(s, po)
+	require.NoError(t, err, "default/kubernetes already in --to: a rerun after the flag change")
+	po.From = []netip.Prefix{pfx("10.200.0.0/16")}
+	_, err = servicecidr.BuildPlan(s, po)
+	require.ErrorIs(t, err, servicecidr.ErrInvalid, "Services are still in 100.64.0.0/13: a From holding none of them is refused")
+	assert.ErrorContains(t, err, "is still outside the new range")
 }

@@ -88,6 +88,32 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, ip := range opts.DNSIPs {
+		in := false
+		for _, t := range opts.To {
+			in = in || usableContains(t, ip)
+		}
+		if !in {
+			return nil, &FieldError{Field: fmt.Sprintf("--dns-ip[%d]", i), Value: ip.String(), Err: ErrInvalid,
+				Reason: "is not a usable address of --to " + joinPrefixes(opts.To) + ": the DNS Service must end up in the new range"}
+		}
+	}
+	dnsFound := false
+	for i := range s.Services {
+		dnsFound = dnsFound || (s.Services[i].Namespace == dnsNS && s.Services[i].Name == dnsName)
+	}
+	if !dnsFound && opts.DNSService != "" {
+		return nil, &FieldError{Field: "--dns-service", Value: opts.DNSService, Err: ErrInvalid, Reason: "does not exist; name the cluster DNS Service (namespace/name)"}
+	}
+	if !dnsFound {
+		// As BuildPlan: the Service labelled k8s-app=kube-dns.
+		for i := range s.Services {
+			if s.Services[i].Labels[DNSLabelKey] == DNSLabelValue && len(ClusterIPs(&s.Services[i])) > 0 {
+				dnsNS, dnsName, dnsFound = s.Services[i].Namespace, s.Services[i].Name, true
+				break
+			}
+		}
+	}
 	v := &Verification{Findings: []VerifyFinding{}}
 	add := func(sev Severity, obj, format string, args ...any) {
 		v.Findings = append(v.Findings, VerifyFinding{Severity: sev, Object: obj, Message: fmt.Sprintf(format, args...)})
@@ -159,6 +185,9 @@ func VerifySnapshot(s *Snapshot, opts VerifyOptions) (*Verification, error) {
 		if key == KubernetesService && len(opts.KubernetesIPs) > 0 && !sameAddrs(ips, opts.KubernetesIPs) {
 			add(SeverityError, obj, "Service %s has ClusterIP %s, expected %s (the first address of the new range, where kube-apiserver recreates it from --service-cluster-ip-range)", key, joinAddrs(ips), joinAddrs(opts.KubernetesIPs))
 		}
+	}
+	if !dnsFound && len(opts.DNSIPs) > 0 {
+		add(SeverityError, "services/"+dnsNS+"/"+dnsName, "the cluster DNS Service does not exist (nor one labelled %s=%s); expected at %s", DNSLabelKey, DNSLabelValue, joinAddrs(opts.DNSIPs))
 	}
 	if !kubeFound {
 		want := joinAddrs(opts.KubernetesIPs)

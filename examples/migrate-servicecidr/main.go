@@ -42,11 +42,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,7 +103,7 @@ const (
 const reasonInconsistent = "KubernetesDefaultServiceCIDRInconsistent"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, kubeconfigConnector)
 	stop()
 	os.Exit(code)
@@ -120,7 +118,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type connector func(ctx context.Context, kubeconfig, kubeContext string) (*servicecidr.Client, error)
 
 func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (*servicecidr.Client, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+	cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +133,8 @@ func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (*
 	return servicecidr.New(ctx, servicecidr.Options{Kube: kube, Dynamic: dyn})
 }
 
-// usageError is bad input: exit code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func badf(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// badf is bad input: exit code 2.
+func badf(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 var errHelp = errors.New("help")
 
@@ -266,8 +260,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		}
 		return o, badf("%s", err)
 	}
-	if fs.NArg() > 0 {
-		return o, badf("unexpected argument %q", fs.Arg(0))
+	if err := cli.NoArgs(fs); err != nil {
+		return o, err
 	}
 	switch o.output {
 	case "", "json", "yaml":
@@ -281,6 +275,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	}
 	if o.to == "" {
 		return o, badf("--to is required: the new Service range, e.g. --to 172.24.0.0/15")
+	}
+	if o.apply && o.dryRun == "client" {
+		return o, badf("--apply and --dry-run client conflict: --apply changes the cluster, --dry-run client only prints the runbook; give one (--dry-run server asks the API server to check every write)")
 	}
 	if o.apply && o.dryRun == "" && o.journalDir == "" {
 		return o, badf("--journal DIR is required with --apply: it records the finished steps and every Service before its delete, so a rerun resumes")
@@ -300,8 +297,21 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 			return o, badf("--out must differ from --manifests: the runbook never rewrites manifests in place")
 		}
 	}
-	if o.drainTimeout <= 0 || o.readyTimeout <= 0 || o.poll <= 0 {
-		return o, badf("--drain-timeout, --ready-timeout and --poll-interval must be positive")
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"drain-timeout", o.drainTimeout}, {"ready-timeout", o.readyTimeout}, {"poll-interval", o.poll}} {
+		if err := cli.NonNegative(d.name, d.v); err != nil {
+			return o, err
+		}
+		if d.v == 0 {
+			return o, badf("--%s %s: must be positive", d.name, d.v)
+		}
+	}
+	if o.journalDir != "" {
+		if st, err := os.Stat(o.journalDir); err == nil && !st.IsDir() {
+			return o, badf("--journal %s: not a directory", o.journalDir)
+		}
 	}
 	return o, nil
 }
@@ -310,11 +320,9 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-func isBadInput(err error) bool {
-	var ue usageError
-	return errors.As(err, &ue) || errors.Is(err, servicecidr.ErrInvalid) || errors.Is(err, servicecidr.ErrConflict) ||
-		errors.Is(err, servicecidr.ErrRangeFull)
-}
+// badInput are the errors that mean the input was refused before anything
+// was written: exit code 2.
+var badInput = []error{servicecidr.ErrInvalid, servicecidr.ErrConflict, servicecidr.ErrRangeFull, servicecidr.ErrPlanFormat}
 
 // run executes or plans the runbook and prints the report.
 func (r *runbook) run(connect connector) int {
@@ -333,10 +341,8 @@ func (r *runbook) run(connect connector) int {
 	case err == nil:
 	case errors.Is(err, errWaiting):
 		code = exitWaiting
-	case isBadInput(err):
-		code = exitBad
 	default:
-		code = exitFailed
+		code = cli.ExitCode(err, badInput...)
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
 		r.rep.Error = oneLine(err.Error())
@@ -344,15 +350,18 @@ func (r *runbook) run(connect connector) int {
 	if r.j != nil {
 		_ = r.j.Close()
 	}
-	if r.o.output != "" && code != exitBad {
+	// A refused run (bad input, or nothing reached) prints no report: it
+	// would list steps as if they were to be carried out.
+	refused := code == exitBad || (code == cli.ExitUnreachable || code == cli.ExitInterrupted) && len(r.rep.Steps) == 0
+	if r.o.output != "" && !refused {
 		if werr := cli.Write(r.stdout, r.o.output, r.rep); werr != nil && code == exitOK {
 			code = exitFailed
 		}
-	} else if code != exitBad {
+	} else if !refused {
 		r.printText()
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
-		fmt.Fprintln(r.stderr, "migrate-servicecidr: "+oneLine(err.Error()))
+		return cli.Fail(r.stderr, "migrate-servicecidr", err, badInput...)
 	}
 	return code
 }
@@ -408,6 +417,9 @@ func (r *runbook) execute(connect connector) error {
 	r.kube = r.c.Kube()
 	if from == nil {
 		sc, err := r.c.Get(r.ctx, servicecidr.DefaultServiceCIDRName)
+		if apierrors.IsNotFound(err) {
+			return badf("--from not given and there is no default ServiceCIDR %q to take it from; give --from, the Service range in use", servicecidr.DefaultServiceCIDRName)
+		}
 		if err != nil {
 			return fmt.Errorf("--from not given and the default ServiceCIDR %q cannot be read (%w); give --from", servicecidr.DefaultServiceCIDRName, err)
 		}
@@ -419,15 +431,6 @@ func (r *runbook) execute(connect connector) error {
 		for _, t := range r.to {
 			if f.Overlaps(t) {
 				return badf("--to %s overlaps --from %s: the new range must be disjoint from the old one", t, f)
-			}
-		}
-	}
-	if r.j != nil && r.mode == "apply" {
-		if ok, err := r.j.Get(keyRunbook, &state{}); err != nil {
-			return err
-		} else if !ok {
-			if err := r.j.Put(keyRunbook, state{From: r.from, To: r.to, IncludeLB: r.o.includeLB, Started: time.Now().UTC()}); err != nil {
-				return err
 			}
 		}
 	}
@@ -465,6 +468,17 @@ func (r *runbook) execute(connect connector) error {
 			r.progress("step %d/%d %s: %s", i+1, len(stepNames), name, stepTitles[name])
 		}
 		err := steps[name](&sr)
+		if err == nil && name == stepPreflight && r.j != nil && r.mode == "apply" {
+			// The move is recorded once preflight accepted it: a refused
+			// run leaves no record that would pin a rerun to its ranges.
+			if ok, gerr := r.j.Get(keyRunbook, &state{}); gerr != nil {
+				return gerr
+			} else if !ok {
+				if perr := r.j.Put(keyRunbook, state{From: r.from, To: r.to, IncludeLB: r.o.includeLB, Started: time.Now().UTC()}); perr != nil {
+					return perr
+				}
+			}
+		}
 		switch {
 		case err == nil:
 			if sr.Status == "" {
@@ -509,6 +523,16 @@ func (r *runbook) progress(format string, args ...any) {
 // --- step 1: preflight ---
 
 func (r *runbook) preflight(sr *StepReport) error {
+	// The whole move is planned now, before step 2 writes anything: Plan
+	// refuses a --from that is not the range in use, a target name taken by
+	// another range, a range too small, ...
+	po := r.planOptions()
+	if r.mode == "apply" {
+		po.JournalDir = filepath.Join(r.j.Dir(), "servicecidr")
+	}
+	if _, err := r.c.Plan(r.ctx, po); err != nil {
+		return err
+	}
 	existing, err := r.c.List(r.ctx)
 	if err != nil {
 		return err
@@ -551,6 +575,9 @@ func (r *runbook) preflight(sr *StepReport) error {
 		sr.Details = append(sr.Details, "warning: "+w)
 	}
 	sr.Details = append(sr.Details, fmt.Sprintf("ServiceCIDR API %s on Kubernetes %s; moving %s -> %s", r.c.APIVersion().GroupVersion(), r.c.Server().GitVersion, prefixes(r.from), prefixes(r.to)))
+	if err := r.checkManifests(); err != nil {
+		return err
+	}
 	checks := r.accessChecks()
 	if err := access.Preflight(r.ctx, r.kube, checks); err != nil {
 		if r.mode == "plan" {
@@ -560,6 +587,36 @@ func (r *runbook) preflight(sr *StepReport) error {
 		return err
 	}
 	sr.Details = append(sr.Details, fmt.Sprintf("permissions: all %d checks allowed", len(checks)))
+	return nil
+}
+
+// checkManifests reads and rewrites (in memory) the manifests of --manifests
+// before anything is written, so that step 5 cannot fail on them after the
+// Services moved: a directory holding neither manifest, or one that does not
+// parse, is bad input.
+func (r *runbook) checkManifests() error {
+	if r.o.manifests == "" {
+		return nil
+	}
+	changes := []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagServiceClusterIPRange, Value: prefixes(r.to)}}
+	found := 0
+	for _, name := range []string{kubeadmcfg.APIServerManifest, kubeadmcfg.ControllerManagerManifest} {
+		path := filepath.Join(r.o.manifests, name)
+		m, err := kubeadmcfg.ReadManifestFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return badf("--manifests %s: %s: %s", r.o.manifests, name, oneLine(err.Error()))
+		}
+		if err := m.Apply(changes); err != nil {
+			return badf("--manifests %s: %s: %s", r.o.manifests, name, oneLine(err.Error()))
+		}
+		found++
+	}
+	if found == 0 {
+		return badf("--manifests %s: holds neither %s nor %s; give the directory of the static-pod manifests", r.o.manifests, kubeadmcfg.APIServerManifest, kubeadmcfg.ControllerManagerManifest)
+	}
 	return nil
 }
 

@@ -133,7 +133,7 @@ func TestHelpAndKubeconfig(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	code := run([]string{"--to", "172.24.0.0/15", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &out, &errb)
-	assert.Equal(t, exitFailed, code)
+	assert.Equal(t, exitBad, code, "a kubeconfig that cannot be loaded is bad input")
 	assert.Contains(t, errb.String(), "migrate-servicecidr: loading kubeconfig")
 }
 

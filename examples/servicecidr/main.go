@@ -19,15 +19,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,7 +36,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, kubeconfigConnector)
 	stop()
 	os.Exit(code)
@@ -51,7 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type connector func(ctx context.Context, kubeconfig, kubeContext string) (*servicecidr.Client, error)
 
 func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (*servicecidr.Client, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+	cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +77,8 @@ commands:
 
 run "servicecidr <command> -h" for its flags`
 
-// usageError is bad input: exit code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func badf(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// badf is bad input: exit code 2.
+func badf(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // errHelp ends a run that printed help.
 var errHelp = errors.New("help")
@@ -104,22 +100,16 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 	err := a.dispatch(args)
 	switch {
 	case err == nil, errors.Is(err, errHelp):
-		return 0
+		return cli.ExitOK
 	case errors.Is(err, errFailed):
-		return 1
+		return cli.ExitProblems
 	}
-	fmt.Fprintln(stderr, "servicecidr: "+oneLine(err.Error()))
-	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, servicecidr.ErrInvalid) || errors.Is(err, servicecidr.ErrConflict) ||
-		errors.Is(err, servicecidr.ErrPlanFormat) || errors.Is(err, servicecidr.ErrRangeFull) {
-		return 2
-	}
-	return 1
+	return cli.Fail(stderr, "servicecidr", err, badInput...)
 }
 
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
-}
+// badInput are the servicecidr errors that mean the input was refused
+// before anything was written: exit code 2.
+var badInput = []error{servicecidr.ErrInvalid, servicecidr.ErrConflict, servicecidr.ErrPlanFormat, servicecidr.ErrRangeFull}
 
 func (a *app) dispatch(args []string) error {
 	if len(args) == 0 {
@@ -164,8 +154,8 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 		}
 		return badf("%s", err)
 	}
-	if fs.NArg() > 0 {
-		return badf("unexpected argument %q", fs.Arg(0))
+	if err := cli.NoArgs(fs); err != nil {
+		return err
 	}
 	switch a.output {
 	case "", "json", "yaml":
@@ -227,6 +217,9 @@ func (p *planFlags) options() (servicecidr.PlanOptions, error) {
 		o.Allocate = servicecidr.AllocateMode(p.allocate)
 	default:
 		return o, badf("--allocate %q: want offset or free", p.allocate)
+	}
+	if err := checkName(p.name); err != nil {
+		return o, err
 	}
 	o.DNSService, o.IncludeLoadBalancers, o.ServiceCIDRName = p.dnsService, p.includeLB, p.name
 	if o.Validate.PodCIDRs, err = parseList("--pod-cidr", p.podCIDR); err != nil {
@@ -327,6 +320,15 @@ func (a *app) add(args []string) error {
 	if err := checkDryRun(dry); err != nil {
 		return err
 	}
+	if err := checkApplyDryRun(apply, dry); err != nil {
+		return err
+	}
+	if err := cli.NonNegative("wait", wait); err != nil {
+		return err
+	}
+	if err := checkName(name); err != nil {
+		return err
+	}
 	cidrs, err := servicecidr.ParseCIDRs("--to", to)
 	if err != nil {
 		return err
@@ -349,6 +351,17 @@ func (a *app) add(args []string) error {
 	val, err := servicecidr.Validate(cidrs, vo)
 	if err != nil {
 		return err
+	}
+	// ServiceCIDRs may nest, but one inside a range already served adds no
+	// address: it only keeps that range's addresses held when it is retired.
+	for _, p := range cidrs {
+		for _, sc := range vo.Existing {
+			for _, q := range sc.CIDRs {
+				if !sc.Terminating() && q.Overlaps(p) && q.Bits() <= p.Bits() {
+					return badf("--to %s: already served by ServiceCIDR %s (%s); add a range outside every existing ServiceCIDR", p, sc.Name, q)
+				}
+			}
+		}
 	}
 	if name == "" {
 		name = servicecidr.TargetName(cidrs)
@@ -396,6 +409,33 @@ func checkDryRun(s string) error {
 		return nil
 	}
 	return badf("--dry-run %q: want client or server", s)
+}
+
+// checkApplyDryRun refuses --apply with --dry-run client: one asks for a
+// change, the other for none.
+func checkApplyDryRun(apply bool, dry string) error {
+	if apply && dry == "client" {
+		return badf("--apply and --dry-run client conflict: --apply changes the cluster, --dry-run client only prints; give one (--apply --dry-run server asks the API server to check every write)")
+	}
+	return nil
+}
+
+// checkName validates a ServiceCIDR name given with --name.
+func checkName(name string) error {
+	if name == "" {
+		return nil
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return badf("--name %q: not a valid ServiceCIDR name: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// setFlags returns the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // --- plan ---
@@ -499,6 +539,16 @@ func (a *app) apply(args []string) error {
 	if err := checkDryRun(dry); err != nil {
 		return err
 	}
+	if err := checkApplyDryRun(doApply, dry); err != nil {
+		return err
+	}
+	if err := cli.NonNegative("drain-timeout", drain); err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	if set["drain-timeout"] && !deleteOld {
+		return badf("--drain-timeout %s needs --delete-old: it is how long to wait for the old ServiceCIDR(s) to go", drain)
+	}
 	mode := servicecidr.DryRun(dry)
 	if !doApply && mode == servicecidr.DryRunNone {
 		mode = servicecidr.DryRunClient
@@ -509,20 +559,27 @@ func (a *app) apply(args []string) error {
 	if concurrency < 1 {
 		return badf("--concurrency %d: want 1 or more", concurrency)
 	}
-	if qps <= 0 {
-		return badf("--qps %g: want a positive rate", qps)
+	if !(qps > 0) || math.IsInf(qps, 0) {
+		return badf("--qps %g: want a positive, finite rate", qps)
+	}
+	if journalDir != "" {
+		if st, err := os.Stat(journalDir); err == nil && !st.IsDir() {
+			return badf("--journal %s: not a directory", journalDir)
+		}
 	}
 	var p *servicecidr.Plan
 	if planFile != "" {
-		if pf.to != "" || pf.from != "" {
-			return badf("give either --plan or --from/--to, not both")
+		for _, name := range []string{"to", "from", "dns-service", "allocate", "include-loadbalancers", "name", "pod-cidr", "node-network", "allow-well-known"} {
+			if set[name] {
+				return badf("--plan %s and --%s conflict: the plan file already fixes it; give either --plan or --from/--to and the planning flags", planFile, name)
+			}
 		}
 		data, err := os.ReadFile(planFile)
 		if err != nil {
 			return badf("--plan %s: %v", planFile, err)
 		}
 		if p, err = servicecidr.ParsePlan(data); err != nil {
-			return err
+			return fmt.Errorf("invalid plan %s: %w", planFile, err)
 		}
 	}
 	var o servicecidr.PlanOptions
@@ -558,12 +615,15 @@ func (a *app) apply(args []string) error {
 		}
 	}
 	res, err := c.Apply(a.ctx, p, ao)
+	if errors.Is(err, servicecidr.ErrPlanFormat) && planFile != "" {
+		return fmt.Errorf("invalid plan %s: %w", planFile, err)
+	}
 	if res != nil && a.output != "" {
 		if _, eerr := a.emit(res); eerr != nil && err == nil {
 			err = eerr
 		}
 	} else if res != nil {
-		printResult(a.stdout, p, res)
+		printResult(a.stdout, p, res, err == nil)
 	}
 	return err
 }
@@ -589,7 +649,8 @@ func eventLine(e servicecidr.Event) string {
 	return b.String()
 }
 
-func printResult(w io.Writer, p *servicecidr.Plan, r *servicecidr.Result) {
+// printResult prints what Apply did; the next step only when it succeeded.
+func printResult(w io.Writer, p *servicecidr.Plan, r *servicecidr.Result, ok bool) {
 	verb := "moved"
 	if r.DryRun != servicecidr.DryRunNone {
 		verb = "would move (dry run: " + string(r.DryRun) + ")"
@@ -622,7 +683,7 @@ func printResult(w io.Writer, p *servicecidr.Plan, r *servicecidr.Result) {
 	for _, x := range r.Warnings {
 		fmt.Fprintln(w, "warning:", x)
 	}
-	if p.DNS != nil && r.DryRun == servicecidr.DryRunNone {
+	if ok && p.DNS != nil && r.DryRun == servicecidr.DryRunNone {
 		fmt.Fprintf(w, "next: set kubelet clusterDNS %s -> %s on every node, then restart the pods that use cluster DNS\n", addrList(p.DNS.OldIPs), addrList(p.DNS.NewIPs))
 	}
 }

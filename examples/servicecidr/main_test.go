@@ -104,11 +104,12 @@ func TestHelp(t *testing.T) {
 func TestRunReadsKubeconfig(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"show", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &out, &errb)
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code, "a kubeconfig that cannot be loaded is bad input")
 	assert.Contains(t, errb.String(), "servicecidr: loading kubeconfig")
 	assert.Equal(t, 1, strings.Count(errb.String(), "\n"))
 
-	// A kubeconfig pointing at nothing: the connection error is one line, exit 1.
+	// A missing context is bad input (2); a kubeconfig pointing at nothing
+	// is an unreachable cluster (4); either way one line.
 	kc := filepath.Join(t.TempDir(), "config")
 	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
 kind: Config
@@ -119,11 +120,11 @@ current-context: ctx-x
 `), 0o600))
 	errb.Reset()
 	code = run([]string{"show", "--kubeconfig", kc, "--context", "nope"}, &out, &errb)
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code)
 	assert.Contains(t, errb.String(), `context "nope" does not exist`)
 	errb.Reset()
 	code = run([]string{"show", "--kubeconfig", kc, "--context", "ctx-y"}, &out, &errb)
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 4, code)
 	assert.Contains(t, errb.String(), "127.0.0.1:1")
 }
 

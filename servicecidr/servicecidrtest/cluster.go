@@ -921,9 +921,11 @@ func preconditions(gr schema.GroupResource, name string, p *metav1.Preconditions
 		return nil
 	}
 	if p.UID != nil && *p.UID != uid {
+		//lint:ignore ST1005 the API server's own wording
 		return apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, uid))
 	}
 	if p.ResourceVersion != nil && *p.ResourceVersion != rv {
+		//lint:ignore ST1005 the API server's own wording
 		return apierrors.NewConflict(gr, name, fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, rv))
 	}
 	return nil
