@@ -177,6 +177,10 @@ type Hook struct {
 	// Permissions the hook needs; Apply checks them before the first write.
 	Permissions []Permission
 	Run         func(ctx context.Context, node *corev1.Node) error
+	// Check, when set, validates the hook's own input (a selector, a
+	// namespace); Apply calls it before the first write, so a hook that could
+	// only fail never runs after a node was moved.
+	Check func() error
 }
 
 // ApplyOptions configures Apply.
@@ -294,7 +298,9 @@ func nodeKey(name string) string { return "node/" + name }
 // else preserved; verify; uncordon if it cordoned; run the hooks. Nodes
 // without podCIDRs get theirs by a patch instead.
 //
-// Before the first write it refuses a stale plan (*StaleError naming every
+// Before the first write it refuses an invalid plan (Validate, then
+// CheckAgainst the Nodes listed: ErrInvalidPlan), invalid options and hooks
+// (ErrInvalidOptions), a stale plan (*StaleError naming every
 // changed node) and checks every permission it needs. A run killed at any
 // instant is resumed by calling Apply again with the same plan and journal:
 // nodes already moved are skipped, a deleted node is recreated from its
@@ -323,6 +329,22 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	if opts.Concurrency < 0 {
 		return nil, fmt.Errorf("%w: concurrency %d: want 1 or more", ErrInvalidOptions, opts.Concurrency)
 	}
+	if opts.RateLimit < 0 {
+		return nil, fmt.Errorf("%w: rate limit %g: want 0 (no limit) or more", ErrInvalidOptions, opts.RateLimit)
+	}
+	if opts.CreateGrace < 0 {
+		return nil, fmt.Errorf("%w: create grace %s: must not be negative", ErrInvalidOptions, opts.CreateGrace)
+	}
+	for i, h := range opts.Hooks {
+		if h.Run == nil {
+			return nil, fmt.Errorf("%w: hook %d (%s) has no Run", ErrInvalidOptions, i, h.Name)
+		}
+		if h.Check != nil {
+			if err := h.Check(); err != nil {
+				return nil, fmt.Errorf("%w: hook %s: %w", ErrInvalidOptions, h.Name, err)
+			}
+		}
+	}
 	r := &runner{
 		client:  client,
 		plan:    plan,
@@ -340,6 +362,11 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	nodes, err := listNodes(ctx, client, ListOptions{}, opts.Retry)
 	if err != nil {
 		return nil, fmt.Errorf("applying plan %s: %w", r.planID, err)
+	}
+	// The plan may come from a file: hold it to the cluster as it is now
+	// before the first write.
+	if err := plan.CheckAgainst(nodes); err != nil {
+		return r.result, err
 	}
 	byName := make(map[string]*corev1.Node, len(nodes))
 	for i := range nodes {

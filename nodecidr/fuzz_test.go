@@ -51,6 +51,9 @@ func FuzzDecodeObjects(f *testing.F) {
 func FuzzDecodePlan(f *testing.F) {
 	f.Add([]byte("apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: rebase\nsteps:\n- {node: a, uid: u, resourceVersion: '1', action: recreate, oldPodCIDRs: [10.10.1.0/24], newPodCIDRs: [10.20.1.0/24]}\n"))
 	f.Add([]byte("apiVersion: cidrshift.io/v1alpha1\nkind: NodePodCIDRPlan\nmode: fix\nsteps:\n- {node: b, uid: v, action: patch, newPodCIDRs: [10.20.2.0/24, 'fd00::/64']}\n"))
+	for _, s := range planSeeds { // valid plans of every mode, and hand edits
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := DecodePlan(data)
 		if err != nil {

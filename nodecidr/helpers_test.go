@@ -26,8 +26,6 @@ func age(d int) nodeOpt {
 	return func(n *corev1.Node) { n.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(d) * time.Minute)) }
 }
 
-func withLabel(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
-
 func podCIDRField(v string) nodeOpt { return func(n *corev1.Node) { n.Spec.PodCIDR = v } }
 
 // node builds a realistic Node: labels, annotations, a taint, a providerID,

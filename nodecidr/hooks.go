@@ -3,10 +3,13 @@ package nodecidr
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -23,6 +26,20 @@ type DeletePodsOptions struct {
 	// IncludeHostNetwork also deletes hostNetwork pods. They use the node's
 	// address, so only CNI agents (flannel, calico-node) need restarting.
 	IncludeHostNetwork bool
+}
+
+// Validate checks the namespace (a DNS label, or empty) and the label
+// selector; errors wrap ErrInvalidOptions and name the field and the value.
+func (o DeletePodsOptions) Validate() error {
+	if o.Namespace != "" {
+		if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+			return fmt.Errorf("%w: namespace %q: %s", ErrInvalidOptions, o.Namespace, strings.Join(errs, "; "))
+		}
+	}
+	if _, err := labels.Parse(o.LabelSelector); err != nil {
+		return fmt.Errorf("%w: label selector %q: %w", ErrInvalidOptions, o.LabelSelector, err)
+	}
+	return nil
 }
 
 // DeleteNodePods returns a Hook that deletes the pods bound to each moved node
@@ -44,7 +61,8 @@ func DeleteNodePods(client kubernetes.Interface, opts DeletePodsOptions) Hook {
 		name += " selector=" + opts.LabelSelector
 	}
 	return Hook{
-		Name: name,
+		Name:  name,
+		Check: func() error { return opts.Validate() },
 		Permissions: []Permission{
 			{Verb: "list", Resource: "pods", Namespace: opts.Namespace},
 			{Verb: "delete", Resource: "pods", Namespace: opts.Namespace},

@@ -3,7 +3,6 @@ package nodecidr
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,6 +165,7 @@ func newNodeFrom(backup *corev1.Node, podCIDRs []string, emptyStatus bool) *core
 	n.ManagedFields = nil
 	n.DeletionTimestamp = nil
 	n.DeletionGracePeriodSeconds = nil
+	//lint:ignore SA1019 an old server's backup may still carry it; a create must not
 	n.SelfLink = ""
 	n.GenerateName = ""
 	n.Spec.PodCIDRs = slices.Clone(podCIDRs)
@@ -177,8 +177,4 @@ func newNodeFrom(backup *corev1.Node, podCIDRs []string, emptyStatus bool) *core
 		n.Status = corev1.NodeStatus{}
 	}
 	return n
-}
-
-func nodeRef(n *corev1.Node) string {
-	return fmt.Sprintf("%s (uid %s, resourceVersion %s)", n.Name, n.UID, n.ResourceVersion)
 }

@@ -187,7 +187,10 @@ func DecodePlan(data []byte) (*Plan, error) {
 // Validate checks that the plan is well formed: known apiVersion, kind, mode
 // and actions; unique node names with UIDs; one or two canonical new podCIDRs
 // per step (one per family) that no two steps share; patch steps only for
-// nodes without podCIDRs.
+// nodes without podCIDRs; and every new podCIDR inside the plan's own target
+// (a rebase: the old podCIDR rebased by the plan's pair; allocate and fix:
+// the layout's cluster CIDR of its family, with the layout's node mask).
+// Errors wrap ErrInvalidPlan and name the step, the field and the value.
 func (p *Plan) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidPlan}, args...)...)
@@ -249,7 +252,7 @@ func (p *Plan) Validate() error {
 	for _, o := range cidr.Analyze(ranges, cidr.AnalyzeOptions{}) {
 		return bad("nodes %s and %s would get overlapping podCIDRs %s and %s", o.Outer.Name, o.Inner.Name, o.Outer.Prefix, o.Inner.Prefix)
 	}
-	return nil
+	return p.checkTargets()
 }
 
 // MakePlan lists the cluster's Nodes (all of them: nodes that stay put
@@ -287,6 +290,11 @@ func PlanNodes(nodes []corev1.Node, opts PlanOptions) (*Plan, error) {
 		}
 		l := opts.Layout
 		p.Layout = &l
+		if opts.Mode == ModeFix {
+			if err := checkLayoutInUse(all, l); err != nil {
+				return nil, err
+			}
+		}
 		if err := planLayout(p, all, selected, opts.Layout, opts.Mode == ModeAllocate); err != nil {
 			return nil, err
 		}
@@ -299,6 +307,9 @@ func PlanNodes(nodes []corev1.Node, opts PlanOptions) (*Plan, error) {
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: internal error, the plan made is invalid: %w", ErrPlan, err)
+	}
+	if err := conflictsWith(p, nodes); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
 	pre := PreflightAfter(flags, nodes, p)
 	p.ControllerManager = &pre
@@ -360,6 +371,9 @@ func selectNodes(all []*corev1.Node, opts PlanOptions) ([]*corev1.Node, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no node named %s in the cluster", ErrInvalidOptions, strings.Join(missing, ", "))
 	}
+	if opts.LabelSelector != "" && len(out) == 0 {
+		return nil, fmt.Errorf("%w: label selector %q matches no node", ErrInvalidOptions, opts.LabelSelector)
+	}
 	sortNodes(out)
 	return out, nil
 }
@@ -370,25 +384,9 @@ func newStep(n *corev1.Node, action Action, old, new []string, reason string) St
 }
 
 func planRebase(p *Plan, all, selected []*corev1.Node, pairs []RebasePair) error {
-	if len(pairs) == 0 || len(pairs) > 2 {
-		return fmt.Errorf("%w: rebase needs one from/to pair, or one per family; got %d", ErrInvalidOptions, len(pairs))
-	}
-	byFam := map[cidr.Family]RebasePair{}
-	for i, pr := range pairs {
-		if !pr.From.IsValid() || !pr.To.IsValid() {
-			return fmt.Errorf("%w: rebase pair %d: from %q and to %q must both be CIDRs", ErrInvalidOptions, i, pr.From, pr.To)
-		}
-		if pr.From != pr.From.Masked() || pr.To != pr.To.Masked() {
-			return fmt.Errorf("%w: rebase pair %d: %s -> %s has host bits set; use %s -> %s", ErrInvalidOptions, i, pr.From, pr.To, pr.From.Masked(), pr.To.Masked())
-		}
-		f := cidr.FamilyOf(pr.From)
-		if f != cidr.FamilyOf(pr.To) {
-			return fmt.Errorf("%w: rebase pair %d: from %s is %s but to %s is %s", ErrInvalidOptions, i, pr.From, f, pr.To, cidr.FamilyOf(pr.To))
-		}
-		if _, dup := byFam[f]; dup {
-			return fmt.Errorf("%w: two %s rebase pairs; give at most one per family", ErrInvalidOptions, f)
-		}
-		byFam[f] = pr
+	byFam, err := rebasePairs(pairs)
+	if err != nil {
+		return err
 	}
 	p.Rebase = slices.Clone(pairs)
 	var errs []error
@@ -453,6 +451,32 @@ func checkLayout(l cidr.NodeIPAMLayout) error {
 		}
 	}
 	return nil
+}
+
+// checkLayoutInUse refuses a fix layout that holds none of the podCIDRs in
+// use: fix works inside the current cluster CIDR, and a wrong one would move
+// every node (allocate is the mode that moves nodes to a new range).
+func checkLayoutInUse(all []*corev1.Node, l cidr.NodeIPAMLayout) error {
+	inUse := 0
+	for _, n := range all {
+		for _, t := range PodCIDRsOf(n) {
+			pr, _, err := cidr.ParseLenient(t)
+			if err != nil {
+				continue
+			}
+			inUse++
+			for _, c := range l.ClusterCIDRs {
+				if c.Masked().Overlaps(pr) {
+					return nil
+				}
+			}
+		}
+	}
+	if inUse == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: layout.clusterCIDRs %s holds none of the %d podCIDRs in use: fix works inside the current cluster CIDR; to move nodes to a new range, allocate",
+		ErrInvalidOptions, joinPrefixes(l.ClusterCIDRs), inUse)
 }
 
 // maskFor returns the node mask of the layout's cluster CIDR of family f.

@@ -30,7 +30,8 @@ type VerifyReport struct {
 	Findings []Finding `json:"findings"`
 }
 
-// Verify proves a plan's end state without writing anything: every planned
+// Verify proves a plan's end state without writing anything: the plan is
+// valid (every new podCIDR inside the plan's own target, see Validate); every planned
 // node exists with its planned podCIDRs; with a journal, its labels,
 // annotations, taints (except those controllers manage), unschedulable and
 // providerID equal its backup's; and no podCIDR is shared or overlapping
@@ -38,6 +39,10 @@ type VerifyReport struct {
 func Verify(ctx context.Context, client kubernetes.Interface, plan *Plan, opts VerifyOptions) (*VerifyReport, error) {
 	if plan == nil {
 		return nil, fmt.Errorf("%w: no plan", ErrInvalidPlan)
+	}
+	// A plan whose steps leave its own target proves nothing when applied.
+	if err := plan.Validate(); err != nil {
+		return nil, err
 	}
 	var st *JournalState
 	if opts.JournalDir != "" {

@@ -68,6 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "capacity: %v\n", err)
 		return 2
 	}
+	if err := cli.NoArgs(fs); err != nil {
+		fmt.Fprintf(stderr, "capacity: %v\n", err)
+		return 2
+	}
 	rep, err := build(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "capacity: %v\n", err)
@@ -123,23 +127,52 @@ func build(o options) (*Report, error) {
 		}
 	}
 
-	rep := &Report{Nodes: o.nodes, Problems: []Problem{}, Overlaps: []cidr.Overlap{}}
-	problem := func(sev cidr.Severity, format string, a ...any) {
-		rep.Problems = append(rep.Problems, Problem{Severity: sev, Message: fmt.Sprintf(format, a...)})
-	}
-	var ranges []cidr.Range
 	for _, c := range clusters {
 		mask := o.nodeMask
 		if cidr.FamilyOf(c) == cidr.IPv6 && (len(clusters) == 2 || o.nodeMaskV6 != 0) {
 			mask = o.nodeMaskV6
 		}
-		pc, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: c, NodeMask: mask, MaxPods: o.maxPods})
+		if pc, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: c, NodeMask: mask, MaxPods: o.maxPods}); err != nil && pc.MaxNodes == nil {
+			return nil, err // malformed: a mask out of range
+		}
+	}
+	// The conflict rules are the doctor's: kube-controller-manager's flag
+	// rules and the overlap rules of cidr.CheckLayout.
+	flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: joinPrefixes(clusters), ServiceClusterIPRange: joinPrefixes(services)}
+	dual := len(clusters) == 2
+	switch {
+	case dual:
+		flags.NodeCIDRMaskSizeIPv4, flags.NodeCIDRMaskSizeIPv6 = o.nodeMask, o.nodeMaskV6
+	case cidr.FamilyOf(clusters[0]) == cidr.IPv6 && o.nodeMaskV6 != 0:
+		if o.nodeMask != 0 {
+			return nil, fmt.Errorf("--node-mask=%d and --node-mask-ipv6=%d: a single-stack IPv6 --cluster-cidr %s takes one of them", o.nodeMask, o.nodeMaskV6, o.clusterCIDR)
+		}
+		flags.NodeCIDRMaskSizeIPv6 = o.nodeMaskV6
+	default:
+		flags.NodeCIDRMaskSize = o.nodeMask
+	}
+	var others []cidr.Range
+	for _, n := range nodeNets {
+		others = append(others, cidr.Range{Name: "--node-network", Kind: cidr.KindNodeNetwork, Prefix: n})
+	}
+	check := cidr.CheckLayout(flags, others...)
+	if check.Refused {
+		return nil, fmt.Errorf("--cluster-cidr %s: %w", o.clusterCIDR, errors.Join(check.Errors...))
+	}
+
+	rep := &Report{Nodes: o.nodes, Problems: []Problem{}, Overlaps: []cidr.Overlap{}}
+	problem := func(sev cidr.Severity, format string, a ...any) {
+		rep.Problems = append(rep.Problems, Problem{Severity: sev, Message: fmt.Sprintf(format, a...)})
+	}
+	for _, e := range check.Errors {
+		problem(cidr.SeverityError, "%v", e)
+	}
+	for i, c := range clusters {
+		pc, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: c, NodeMask: check.Layout.NodeMasks[i], MaxPods: o.maxPods})
 		if err != nil && pc.MaxNodes == nil {
 			return nil, err // malformed: a mask out of range
 		}
-		for _, e := range unjoin(err) {
-			problem(cidr.SeverityError, "%v", e)
-		}
+		// Its rule errors are check.Errors, reported once above.
 		rep.Pods = append(rep.Pods, pc)
 		if o.nodes > 0 && pc.MaxNodes.Cmp(big.NewInt(int64(o.nodes))) < 0 {
 			problem(cidr.SeverityError, "%d nodes planned but %s with /%d node subnets holds only %s nodes", o.nodes, c, pc.NodeMask, pc.MaxNodes)
@@ -147,7 +180,6 @@ func build(o options) (*Report, error) {
 		if pc.PodIPsPerNode.Cmp(big.NewInt(int64(pc.MaxPods))) < 0 {
 			problem(cidr.SeverityWarning, "maxPods %d exceeds the %s pod IPs of a /%d node subnet: pods beyond that fail to get an IP", pc.MaxPods, pc.PodIPsPerNode, pc.NodeMask)
 		}
-		ranges = append(ranges, cidr.Range{Name: "--cluster-cidr", Kind: cidr.KindClusterCIDR, Prefix: c})
 	}
 	for _, s := range services {
 		sc, err := cidr.ComputeServiceCapacity(s, cidr.ServiceRangeOptions{KubernetesMinor: o.minor})
@@ -155,16 +187,20 @@ func build(o options) (*Report, error) {
 			problem(cidr.SeverityError, "%v", e)
 		}
 		rep.Services = append(rep.Services, sc)
-		ranges = append(ranges, cidr.Range{Name: "--service-cidr", Kind: cidr.KindServiceCIDR, Prefix: s})
 	}
-	for _, n := range nodeNets {
-		ranges = append(ranges, cidr.Range{Name: "--node-network", Kind: cidr.KindNodeNetwork, Prefix: n})
-	}
-	for _, ov := range cidr.Analyze(ranges, cidr.AnalyzeOptions{WellKnown: true}) {
+	for _, ov := range check.Overlaps {
 		rep.Overlaps = append(rep.Overlaps, ov)
 		problem(ov.Severity, "%s", ov.Message())
 	}
 	return rep, nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 func hasFamily(ps []netip.Prefix, f cidr.Family) bool {

@@ -10,7 +10,9 @@
 //	kubectl get nodes,pods -A -o json | doctor -f -     # flags from the kube-controller-manager pod
 //	doctor --context prod --new-cluster-cidr 10.20.0.0/16   # would this change crash kube-controller-manager?
 //
-// Exit status: 0 healthy, 1 problems found, 2 bad input.
+// The layout's conflict rules are capacity's (cidr.CheckLayout). Exit status:
+// 0 healthy, 1 problems found, 2 bad input (every flag is checked before
+// anything is read), 4 cluster unreachable or access forbidden.
 package main
 
 //go:generate go run ./sample/gen.go -o sample/cluster.yaml
@@ -48,17 +50,29 @@ func sampleFlags() cidr.ControllerManagerFlags {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := cli.SignalContext()
+	code := runCtx(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // run is main without the process: it parses args and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	return (&app{connect: connect, stdin: os.Stdin}).run(context.Background(), args, stdout, stderr)
+	return runCtx(context.Background(), args, stdout, stderr)
 }
 
-// connect reads a kubeconfig the way kubectl does, with an optional context.
-func connect(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubecontext)
+func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdin: os.Stdin, connect: func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+		return connect(ctx, kubeconfig, kubecontext, stderr)
+	}}
+	return a.run(ctx, args, stdout, stderr)
+}
+
+// connect reads a kubeconfig the way kubectl does, with an optional context,
+// and checks that the API server answers: a kubeconfig that cannot be loaded
+// is bad input (exit 2), a server that does not answer within seconds exit 4.
+func connect(ctx context.Context, kubeconfig, kubecontext string, progress io.Writer) (kubernetes.Interface, error) {
+	cfg, err := cli.Connect(ctx, kubeconfig, kubecontext, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +86,7 @@ type app struct {
 	stdin   io.Reader
 }
 
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func bad(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func bad(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // errProblems means the audit found problems (exit status 1, nothing more to say).
 var errProblems = errors.New("problems found")
@@ -95,6 +105,17 @@ type options struct {
 type proposal struct {
 	Flags  cidr.ControllerManagerFlags `json:"flags"`
 	Result cidr.PreflightResult        `json:"result"`
+	// Conflicts are the proposed layout's overlaps (cidr.CheckLayout).
+	Conflicts []cidr.Overlap `json:"conflicts,omitempty"`
+}
+
+func hasError(overlaps []cidr.Overlap) bool {
+	for _, o := range overlaps {
+		if o.Severity == cidr.SeverityError {
+			return true
+		}
+	}
+	return false
 }
 
 // report is what the doctor prints with -o json|yaml.
@@ -107,6 +128,9 @@ type report struct {
 	// LayoutWarnings are values the component reads differently than written.
 	LayoutWarnings []string         `json:"layoutWarnings,omitempty"`
 	Audit          *nodecidr.Report `json:"audit"`
+	// Conflicts are the current layout's overlaps: cluster CIDRs, Service
+	// CIDRs and well-known ranges (cidr.CheckLayout, as capacity reports them).
+	Conflicts []cidr.Overlap `json:"conflicts,omitempty"`
 	// ControllerManager is the start-up preflight with the current flags.
 	ControllerManager cidr.PreflightResult `json:"controllerManager"`
 	// Proposed is the preflight with --new-cluster-cidr / --new-node-mask.
@@ -125,25 +149,16 @@ func (a *app) run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err == nil {
 		err = a.execute(ctx, o, stdout)
 	}
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, errProblems):
-		return 1
-	case errors.As(err, &ue):
-		fmt.Fprintln(stderr, "doctor:", strings.ReplaceAll(err.Error(), "\n", "; "))
-		return 2
-	default:
-		fmt.Fprintln(stderr, "doctor:", err)
-		return 1
+	if errors.Is(err, errProblems) {
+		return cli.ExitProblems // the report says what
 	}
+	return cli.Fail(stderr, "doctor", err)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{set: map[string]bool{}}
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // a bad flag is one line; -h prints the usage below
 	fs.StringVar(&o.file, "f", "", "audit an offline dump: `kubectl get nodes[,pods] -A -o yaml` or -o json (a v1 List or documents; - for stdin); streamed, any size")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "audit the cluster of this kubeconfig")
 	fs.StringVar(&o.kubecontext, "context", "", "audit the cluster of this kubeconfig context")
@@ -156,18 +171,46 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.output, "o", "text", "output format: text, json or yaml")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
 			return nil, err
 		}
-		return nil, usageError{err.Error()}
+		return nil, bad("%v", err)
 	}
-	if fs.NArg() > 0 {
-		return nil, bad("unexpected argument %q", fs.Arg(0))
+	if err := cli.NoArgs(fs); err != nil {
+		return nil, err
 	}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	switch o.output {
-	case "text", "json", "yaml":
-	default:
-		return nil, bad("-o %q: want text, json or yaml", o.output)
+	if err := cli.CheckFormat(o.output); err != nil {
+		return nil, bad("%v", err)
+	}
+	for _, name := range []string{"f", "kubeconfig", "context", "cluster-cidr", "node-mask", "service-cidr", "new-cluster-cidr", "new-node-mask"} {
+		if v := fs.Lookup(name).Value.String(); o.set[name] && strings.TrimSpace(v) == "" {
+			return nil, bad("-%s%s %q: must not be empty", map[bool]string{true: "-"}[len(name) > 1], name, v)
+		}
+	}
+	// Values a person types are parsed before anything is read: the current
+	// flags leniently, as kube-controller-manager reads them; proposed ones
+	// strictly.
+	// (Pairs are checked by kube-controller-manager's rules, cidr.CheckLayout.)
+	for name, v := range map[string]string{"--cluster-cidr": o.clusterCIDR, "--service-cidr": o.serviceCIDR} {
+		for _, item := range strings.Split(v, ",") {
+			if _, _, err := cidr.ParseLenient(strings.TrimSpace(item)); v != "" && err != nil {
+				return nil, bad("%s %q: %v", name, v, err)
+			}
+		}
+	}
+	if o.newClusterCIDR != "" {
+		if _, err := cidr.ParseList(o.newClusterCIDR); err != nil {
+			return nil, bad("--new-cluster-cidr: %v", err)
+		}
+	}
+	for name, v := range map[string]string{"--node-mask": o.nodeMask, "--new-node-mask": o.newNodeMask} {
+		for _, m := range strings.Split(v, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(m)); v != "" && (err != nil || n < 1 || n > 128) {
+				return nil, bad("%s %q: %q is not a prefix length (1 to 32 for IPv4, to 128 for IPv6)", name, v, m)
+			}
+		}
 	}
 	if o.file != "" && (o.set["kubeconfig"] || o.set["context"]) {
 		return nil, bad("-f and --kubeconfig/--context exclude each other: audit a dump or a cluster")
@@ -205,7 +248,7 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 		}
 		c, err := a.connect(o.kubeconfig, o.kubecontext)
 		if err != nil {
-			return bad("kubeconfig: %v", err)
+			return err
 		}
 		client = c
 		if o.clusterCIDR == "" {
@@ -239,13 +282,20 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 		rep.FlagsSource = "command line"
 	}
 	rep.Flags = flags
-	layout, warnings, err := cidr.ParseControllerManagerFlags(flags)
-	if err != nil {
-		return bad("kube-controller-manager would refuse %s: %v", strings.Join(flags.Args(), " "), err)
+	// The layout's conflict rules are capacity's: cidr.CheckLayout.
+	check := cidr.CheckLayout(flags)
+	if check.Refused {
+		msg := fmt.Sprintf("kube-controller-manager would refuse %s: %v", strings.Join(flags.Args(), " "), errors.Join(check.Errors...))
+		if o.clusterCIDR != "" || o.nodeMask != "" || o.serviceCIDR != "" {
+			return bad("--cluster-cidr %q --node-mask %q --service-cidr %q: %s", o.clusterCIDR, o.nodeMask, o.serviceCIDR, msg)
+		}
+		return fmt.Errorf("the flags read from %s: %s", rep.FlagsSource, msg)
 	}
-	for _, w := range warnings {
+	layout := check.Layout
+	for _, w := range check.Warnings {
 		rep.LayoutWarnings = append(rep.LayoutWarnings, w.String())
 	}
+	rep.Conflicts = check.Overlaps
 
 	var prop *proposal
 	if o.newClusterCIDR != "" {
@@ -253,7 +303,12 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		prop = &proposal{Flags: p}
+		pc := cidr.CheckLayout(p)
+		if pc.Refused {
+			return bad("--new-cluster-cidr %q --new-node-mask %q: kube-controller-manager would refuse %s: %v", o.newClusterCIDR, o.newNodeMask,
+				strings.Join(p.Args(), " "), errors.Join(pc.Errors...))
+		}
+		prop = &proposal{Flags: p, Conflicts: pc.Overlaps}
 	}
 
 	auditOpts := nodecidr.AuditOptions{Layout: layout, Pods: o.pods}
@@ -261,6 +316,10 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 		// One listing of the Nodes serves the audit, the preflight and the plan.
 		if nodes, err = nodecidr.ListNodes(ctx, client, nodecidr.ListOptions{}); err != nil {
 			return err
+		}
+		if len(nodes) == 0 {
+			// An audit that read nothing is no evidence of health.
+			return fmt.Errorf("the cluster (%s) has no Node objects: nothing to audit", rep.Source)
 		}
 		if rep.Audit, err = nodecidr.AuditListed(ctx, client, nodes, auditOpts); err != nil {
 			return err
@@ -281,7 +340,8 @@ func (a *app) execute(ctx context.Context, o *options, stdout io.Writer) error {
 			rep.FixPlan = plan
 		}
 	}
-	rep.Healthy = rep.Audit.Count(cidr.SeverityError) == 0 && rep.ControllerManager.WouldStart && (prop == nil || prop.Result.WouldStart)
+	rep.Healthy = rep.Audit.Count(cidr.SeverityError) == 0 && rep.ControllerManager.WouldStart && (prop == nil || prop.Result.WouldStart) &&
+		!hasError(rep.Conflicts) && (prop == nil || !hasError(prop.Conflicts))
 
 	switch o.output {
 	case "json", "yaml":
@@ -493,6 +553,22 @@ func printText(w io.Writer, r *report, o *options) {
 				}
 				fmt.Fprintf(w, "    - %s\n", f.Message)
 			}
+		}
+	}
+
+	var conflicts []string
+	for _, c := range r.Conflicts {
+		conflicts = append(conflicts, "current flags: "+c.String())
+	}
+	if r.Proposed != nil {
+		for _, c := range r.Proposed.Conflicts {
+			conflicts = append(conflicts, "proposed flags: "+c.String())
+		}
+	}
+	if len(conflicts) > 0 {
+		fmt.Fprintln(w, "\nLAYOUT CONFLICTS")
+		for _, c := range conflicts {
+			fmt.Fprintf(w, "  - %s\n", c)
 		}
 	}
 

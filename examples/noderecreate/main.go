@@ -14,8 +14,14 @@
 //	noderecreate --plan plan.yaml --apply
 //
 // Without --apply nothing changes; --dry-run=client prints each step,
-// --dry-run=server sends every write with dryRun=All. Exit status: 0 done,
-// 1 failure (including a stale plan or a failed verification), 2 bad input.
+// --dry-run=server sends every write with dryRun=All. Every flag, selector
+// and plan file is checked before the first write; a plan file is untrusted
+// (nodecidr.Apply re-checks it against its own target and the cluster).
+// Exit status: 0 done, 1 failure (a stale plan, a failed step or
+// verification), 2 bad input (flags, an invalid plan, a request no plan can
+// satisfy, a kubeconfig that cannot be loaded; nothing was changed),
+// 4 cluster unreachable or access forbidden, 130 interrupted (run the same
+// command again to resume).
 package main
 
 import (
@@ -24,17 +30,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/cidr"
@@ -44,21 +51,26 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := (&app{connect: connect}).run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, stop := cli.SignalContext()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run is main without the process: it parses args and returns the exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	return (&app{connect: connect}).run(context.Background(), args, stdout, stderr)
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{connect: func(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
+		return connect(ctx, kubeconfig, kubecontext, stderr)
+	}}
+	return a.run(ctx, args, stdout, stderr)
 }
 
 // connect reads a kubeconfig the way kubectl does (--kubeconfig, KUBECONFIG,
-// ~/.kube/config, in-cluster) with an optional context.
-func connect(kubeconfig, kubecontext string) (kubernetes.Interface, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubecontext)
+// ~/.kube/config, in-cluster) with an optional context, and checks that the
+// API server answers: a kubeconfig that cannot be loaded is bad input (exit
+// 2), a server that does not answer within seconds is exit 4.
+func connect(ctx context.Context, kubeconfig, kubecontext string, progress io.Writer) (kubernetes.Interface, error) {
+	cfg, err := cli.Connect(ctx, kubeconfig, kubecontext, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +87,8 @@ type app struct {
 	connect func(kubeconfig, kubecontext string) (kubernetes.Interface, error)
 }
 
-// usageError is bad input: exit status 2 with one line.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func bad(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// bad is bad input: exit status 2 with one line.
+func bad(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 type options struct {
 	kubeconfig, kubecontext string
@@ -100,6 +108,12 @@ type options struct {
 	restartCNI              string
 	output                  string
 	verbose                 int
+
+	// Parsed before anything is read from the cluster.
+	names          []string
+	rebase         []nodecidr.RebasePair
+	layout         cidr.NodeIPAMLayout
+	restartCNIOpts nodecidr.DeletePodsOptions
 }
 
 func (a *app) run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -110,25 +124,18 @@ func (a *app) run(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err == nil {
 		err = a.execute(ctx, o, stdout, stderr)
 	}
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ue), errors.Is(err, nodecidr.ErrInvalidOptions), errors.Is(err, nodecidr.ErrInvalidPlan):
-		fmt.Fprintln(stderr, "noderecreate:", oneLine(err))
-		return 2
-	default:
-		fmt.Fprintln(stderr, "noderecreate:", err)
-		return 1
-	}
+	// Bad input never reached the cluster: invalid options or plan, and a
+	// request no plan can satisfy (a --from that is not the range in use, a
+	// target too small).
+	return cli.Fail(stderr, "noderecreate", err, nodecidr.ErrInvalidOptions, nodecidr.ErrInvalidPlan, nodecidr.ErrPlan)
 }
 
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+func oneLine(err error) string { return cli.OneLine(err) }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("noderecreate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // a bad flag is one line; -h prints the usage below
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&o.kubecontext, "context", "", "kubeconfig context to use")
 	fs.StringVar(&o.from, "from", "", "rebase: the old range(s), one per family, comma-separated")
@@ -155,17 +162,19 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.verbose, "v", 0, "log verbosity")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
 			return nil, err
 		}
-		return nil, usageError{err.Error()}
+		return nil, bad("%v", err)
 	}
-	if fs.NArg() > 0 {
-		return nil, bad("unexpected argument %q", fs.Arg(0))
+	if err := cli.NoArgs(fs); err != nil {
+		return nil, err
 	}
-	switch o.output {
-	case "text", "json", "yaml":
-	default:
-		return nil, bad("-o %q: want text, json or yaml", o.output)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := cli.CheckFormat(o.output); err != nil {
+		return nil, bad("%v", err)
 	}
 	switch o.dryRun {
 	case "", "none", "client", "server":
@@ -178,11 +187,23 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.concurrency < 1 {
 		return nil, bad("--concurrency=%d: want 1 or more", o.concurrency)
 	}
-	if o.rate < 0 {
-		return nil, bad("--rate=%g: want 0 (no limit) or more", o.rate)
+	if o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0) {
+		return nil, bad("--rate=%g: want 0 (no limit) or a positive number of nodes per second", o.rate)
+	}
+	if err := cli.NonNegative("create-grace", o.createGrace); err != nil {
+		return nil, err
+	}
+	if o.verbose < 0 {
+		return nil, bad("-v=%d: want 0 or more", o.verbose)
 	}
 	if o.journal == "" {
 		return nil, bad("--journal must not be empty")
+	}
+	if fi, err := os.Stat(o.planFile); o.planFile != "" && err == nil && fi.IsDir() {
+		return nil, bad("--plan %s is a directory: want a file", o.planFile)
+	}
+	if fi, err := os.Stat(o.journal); err == nil && !fi.IsDir() {
+		return nil, bad("--journal %s is a file: want a directory", o.journal)
 	}
 	modes := 0
 	if o.from != "" || o.to != "" {
@@ -200,10 +221,130 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if modes > 1 {
 		return nil, bad("choose one of --from/--to, --fix and --allocate")
 	}
-	if o.restartCNI != "" && !strings.Contains(o.restartCNI, "/") {
-		return nil, bad("--restart-cni=%q: want NAMESPACE/SELECTOR, e.g. kube-flannel/app=flannel", o.restartCNI)
+	// Flags that only shape a new plan are refused where they would be ignored.
+	shaping := []string{"select", "nodes", "cluster-cidr", "node-mask", "service-cidr"}
+	for _, name := range shaping {
+		if !set[name] {
+			continue
+		}
+		switch {
+		case modes == 0 && o.planFile != "":
+			return nil, bad("--%s with --plan %s: the plan file already fixes which nodes move and where; drop --%s, or add --from/--to, --fix or --allocate to write a new plan", name, o.planFile, name)
+		case o.from != "" && (name == "cluster-cidr" || name == "node-mask" || name == "service-cidr"):
+			return nil, bad("--%s with --from/--to: a rebase keeps each node's mask and offset; --%s goes with --fix or --allocate", name, name)
+		}
+	}
+	if set["nodes"] {
+		for _, n := range strings.Split(o.nodes, ",") {
+			n = strings.TrimSpace(n)
+			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+				return nil, bad("--nodes %q: node name %q: %s", o.nodes, n, strings.Join(errs, "; "))
+			}
+			o.names = append(o.names, n)
+		}
+	}
+	if _, err := labels.Parse(o.selector); err != nil {
+		return nil, bad("--select %q: %v", o.selector, err)
+	}
+	if set["restart-cni"] {
+		ns, sel, ok := strings.Cut(o.restartCNI, "/")
+		if !ok || ns == "" || sel == "" {
+			return nil, bad("--restart-cni=%q: want NAMESPACE/SELECTOR, e.g. kube-flannel/app=flannel", o.restartCNI)
+		}
+		o.restartCNIOpts = nodecidr.DeletePodsOptions{Namespace: ns, LabelSelector: sel, IncludeHostNetwork: true}
+		if err := o.restartCNIOpts.Validate(); err != nil {
+			return nil, bad("--restart-cni=%q: %v", o.restartCNI, err)
+		}
+	}
+	if err := parseMode(o); err != nil {
+		return nil, err
 	}
 	return o, nil
+}
+
+// parseMode parses the CIDRs and masks of the mode before anything is read.
+func parseMode(o *options) error {
+	switch {
+	case o.from != "":
+		from, err := cidr.ParseList(o.from)
+		if err != nil {
+			return bad("--from %q: %v", o.from, err)
+		}
+		to, err := cidr.ParseList(o.to)
+		if err != nil {
+			return bad("--to %q: %v", o.to, err)
+		}
+		if len(from) != len(to) {
+			return bad("--from has %d ranges but --to has %d; give one pair per family", len(from), len(to))
+		}
+		for _, f := range from {
+			i := slices.IndexFunc(to, func(t netip.Prefix) bool { return cidr.FamilyOf(t) == cidr.FamilyOf(f) })
+			if i < 0 {
+				return bad("--from %s is %s but --to has no %s range", f, cidr.FamilyOf(f), cidr.FamilyOf(f))
+			}
+			o.rebase = append(o.rebase, nodecidr.RebasePair{From: f, To: to[i]})
+		}
+	case o.fix && o.clusterCIDR != "":
+		l, err := fixLayout(o.clusterCIDR, o.nodeMask, o.serviceCIDR, io.Discard)
+		if err != nil {
+			return err
+		}
+		o.layout = l
+	case o.fix:
+		if o.nodeMask != "" {
+			if _, err := parseMasks(o.nodeMask, len(strings.Split(o.nodeMask, ","))); err != nil {
+				return err
+			}
+		}
+		if o.serviceCIDR != "" {
+			if _, _, err := cidr.ParseListLenient(o.serviceCIDR); err != nil {
+				return bad("--service-cidr %q: %v", o.serviceCIDR, err)
+			}
+		}
+	case o.allocate:
+		if o.clusterCIDR == "" {
+			return bad("--allocate needs --cluster-cidr: the target range(s)")
+		}
+		clusters, err := cidr.ParseList(o.clusterCIDR)
+		if err != nil {
+			return bad("--cluster-cidr %q: %v", o.clusterCIDR, err)
+		}
+		masks, err := parseMasks(o.nodeMask, len(clusters))
+		if err != nil {
+			return err
+		}
+		for i, m := range masks {
+			if c := clusters[i]; m != 0 && (m < c.Bits() || m > cidr.FamilyOf(c).AddrBits()) {
+				return bad("--node-mask %q: /%d does not fit --cluster-cidr %s: want %d to %d", o.nodeMask, m, c, c.Bits(), cidr.FamilyOf(c).AddrBits())
+			}
+		}
+		o.layout = cidr.NodeIPAMLayout{ClusterCIDRs: clusters, NodeMasks: masks}
+		if o.serviceCIDR != "" {
+			svc, err := cidr.ParseList(o.serviceCIDR)
+			if err != nil {
+				return bad("--service-cidr %q: %v", o.serviceCIDR, err)
+			}
+			o.layout.ServiceCIDRs = svc
+		}
+	}
+	return nil
+}
+
+// fixLayout reads the current layout the way kube-controller-manager reads
+// its flags; warnings go to stderr.
+func fixLayout(text, mask, svc string, stderr io.Writer) (cidr.NodeIPAMLayout, error) {
+	flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: text, ServiceClusterIPRange: svc}
+	if err := setMasks(&flags, text, mask); err != nil {
+		return cidr.NodeIPAMLayout{}, err
+	}
+	l, warnings, err := cidr.ParseControllerManagerFlags(flags)
+	if err != nil {
+		return l, bad("--cluster-cidr %s: %v", text, oneLine(err))
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	return l, nil
 }
 
 func (o *options) hasMode() bool { return o.from != "" || o.fix || o.allocate }
@@ -269,7 +410,7 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 
 	client, err := a.connect(o.kubeconfig, o.kubecontext)
 	if err != nil {
-		return bad("kubeconfig: %v", err)
+		return err
 	}
 	if plan == nil {
 		opts, err := planOptions(ctx, client, o, stderr)
@@ -312,10 +453,9 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 		return emit(stdout, o.output, out)
 	}
 
-	events := stdout
-	if o.output != "text" {
-		events = stderr
-	}
+	// Progress goes to stderr, whatever the format: stdout holds the plan
+	// and the result, and a caller following a run reads one stream.
+	events := stderr
 	opts := nodecidr.ApplyOptions{
 		JournalDir:  o.journal,
 		DryRun:      nodecidr.DryRun(o.dryRun),
@@ -328,8 +468,7 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 		OnEvent:     func(e nodecidr.Event) { printEvent(events, e) },
 	}
 	if o.restartCNI != "" {
-		ns, sel, _ := strings.Cut(o.restartCNI, "/")
-		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, nodecidr.DeletePodsOptions{Namespace: ns, LabelSelector: sel, IncludeHostNetwork: true}))
+		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, o.restartCNIOpts))
 	}
 	if o.deletePods {
 		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, nodecidr.DeletePodsOptions{}))
@@ -363,92 +502,41 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 	return emit(stdout, o.output, out)
 }
 
-// planOptions turns the mode flags into nodecidr.PlanOptions.
+// planOptions turns the parsed mode flags into nodecidr.PlanOptions; --fix
+// without --cluster-cidr reads kube-controller-manager's flags.
 func planOptions(ctx context.Context, client kubernetes.Interface, o *options, stderr io.Writer) (nodecidr.PlanOptions, error) {
-	opts := nodecidr.PlanOptions{ListOptions: nodecidr.ListOptions{LabelSelector: o.selector}}
-	if o.nodes != "" {
-		for _, n := range strings.Split(o.nodes, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				opts.Names = append(opts.Names, n)
-			}
-		}
-	}
+	opts := nodecidr.PlanOptions{ListOptions: nodecidr.ListOptions{LabelSelector: o.selector}, Names: o.names}
 	switch {
 	case o.from != "":
-		opts.Mode = nodecidr.ModeRebase
-		from, err := cidr.ParseList(o.from)
-		if err != nil {
-			return opts, bad("--from: %v", err)
-		}
-		to, err := cidr.ParseList(o.to)
-		if err != nil {
-			return opts, bad("--to: %v", err)
-		}
-		if len(from) != len(to) {
-			return opts, bad("--from has %d ranges but --to has %d; give one pair per family", len(from), len(to))
-		}
-		for _, f := range from {
-			i := slices.IndexFunc(to, func(t netip.Prefix) bool { return cidr.FamilyOf(t) == cidr.FamilyOf(f) })
-			if i < 0 {
-				return opts, bad("--from %s is %s but --to has no %s range", f, cidr.FamilyOf(f), cidr.FamilyOf(f))
-			}
-			opts.Rebase = append(opts.Rebase, nodecidr.RebasePair{From: f, To: to[i]})
-		}
+		opts.Mode, opts.Rebase = nodecidr.ModeRebase, o.rebase
 	case o.fix:
-		opts.Mode = nodecidr.ModeFix
-		text, mask := o.clusterCIDR, o.nodeMask
-		svc := o.serviceCIDR
-		if text == "" {
-			d, err := nodecidr.DiscoverControllerManagerFlags(ctx, client)
-			if err != nil {
+		opts.Mode, opts.Layout = nodecidr.ModeFix, o.layout
+		if o.clusterCIDR != "" {
+			break
+		}
+		d, err := nodecidr.DiscoverControllerManagerFlags(ctx, client)
+		if err != nil {
+			if errors.Is(err, nodecidr.ErrNotDiscovered) {
 				return opts, bad("--cluster-cidr is required: %v", err)
 			}
-			fmt.Fprintf(stderr, "using kube-controller-manager's flags from %s: %s\n", d.Source, strings.Join(d.Flags.Args(), " "))
-			for _, w := range d.Warnings {
-				fmt.Fprintln(stderr, "warning:", w)
-			}
-			text = d.Flags.ClusterCIDR
-			if mask == "" {
-				mask = maskText(d.Flags)
-			}
-			if svc == "" {
-				svc = d.Flags.ServiceClusterIPRange
-			}
-		}
-		// The current layout is read the way kube-controller-manager reads it.
-		flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: text, ServiceClusterIPRange: svc}
-		if err := setMasks(&flags, text, mask); err != nil {
 			return opts, err
 		}
-		l, warnings, err := cidr.ParseControllerManagerFlags(flags)
-		if err != nil {
-			return opts, bad("--cluster-cidr %s: %v", text, oneLine(err))
-		}
-		for _, w := range warnings {
+		fmt.Fprintf(stderr, "using kube-controller-manager's flags from %s: %s\n", d.Source, strings.Join(d.Flags.Args(), " "))
+		for _, w := range d.Warnings {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
-		opts.Layout = l
-	case o.allocate:
-		opts.Mode = nodecidr.ModeAllocate
-		if o.clusterCIDR == "" {
-			return opts, bad("--allocate needs --cluster-cidr: the target range(s)")
+		mask, svc := o.nodeMask, o.serviceCIDR
+		if mask == "" {
+			mask = maskText(d.Flags)
 		}
-		clusters, err := cidr.ParseList(o.clusterCIDR)
-		if err != nil {
-			return opts, bad("--cluster-cidr: %v", err)
+		if svc == "" {
+			svc = d.Flags.ServiceClusterIPRange
 		}
-		masks, err := parseMasks(o.nodeMask, len(clusters))
-		if err != nil {
+		if opts.Layout, err = fixLayout(d.Flags.ClusterCIDR, mask, svc, stderr); err != nil {
 			return opts, err
 		}
-		opts.Layout = cidr.NodeIPAMLayout{ClusterCIDRs: clusters, NodeMasks: masks}
-		if o.serviceCIDR != "" {
-			svc, err := cidr.ParseList(o.serviceCIDR)
-			if err != nil {
-				return opts, bad("--service-cidr: %v", err)
-			}
-			opts.Layout.ServiceCIDRs = svc
-		}
+	case o.allocate:
+		opts.Mode, opts.Layout = nodecidr.ModeAllocate, o.layout
 	}
 	return opts, nil
 }

@@ -95,8 +95,8 @@ func TestBadInput(t *testing.T) {
 	}
 	// run() (real kubeconfig loading) rejects bad input before connecting.
 	var out, errb bytes.Buffer
-	assert.Equal(t, 2, run([]string{"--fix", "-o", "xml"}, &out, &errb))
-	assert.Equal(t, 0, run([]string{"-h"}, &out, &errb))
+	assert.Equal(t, 2, run(context.Background(), []string{"--fix", "-o", "xml"}, &out, &errb))
+	assert.Equal(t, 0, run(context.Background(), []string{"-h"}, &out, &errb))
 }
 
 func TestPlanOnlyChangesNothing(t *testing.T) {
@@ -223,7 +223,9 @@ func TestRerunResumes(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "journal")
 			args := []string{"--from", "10.10.0.0/18", "--to", "10.20.0.0/16", "--apply", "--journal", dir, "--rate", "0", "--create-grace", "50ms"}
 			r := runCtx(ctx, c, args...)
-			require.Equal(t, 1, r.code, r.stdout+r.stderr)
+			// Interrupted (130), the API server gone (4) or a failed step (1):
+			// never success, never "bad input".
+			require.Contains(t, []int{1, 4, 130}, r.code, r.stdout+r.stderr)
 
 			// Another command may not take over the unfinished journal.
 			mu.Lock()

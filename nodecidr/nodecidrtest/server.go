@@ -378,6 +378,7 @@ func (s *Server) createNode(n *corev1.Node, dryRun bool) (bool, runtime.Object, 
 		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, n.Name, errs)
 	}
 	// spec.configSource is dropped on create (DynamicKubeletConfig is gone).
+	//lint:ignore SA1019 the fake drops it as the real registry does
 	n.Spec.ConfigSource = nil
 	n.Status.Config = nil
 	if dryRun {
@@ -426,6 +427,7 @@ func (s *Server) updateNode(n *corev1.Node, status, dryRun bool) (bool, runtime.
 		return true, nil, conflict(nodesGR, n.Name, errModified)
 	}
 	if n.UID != "" && n.UID != old.UID {
+		//lint:ignore ST1005 kube-apiserver's own wording
 		return true, nil, conflict(nodesGR, n.Name, fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", n.UID, old.UID))
 	}
 	normalizePodCIDRs(&n.Spec)
@@ -527,9 +529,11 @@ func checkPreconditions(p *metav1.Preconditions, m *metav1.ObjectMeta) error {
 		return nil
 	}
 	if p.UID != nil && *p.UID != m.UID {
+		//lint:ignore ST1005 kube-apiserver's own wording
 		return fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, m.UID)
 	}
 	if p.ResourceVersion != nil && *p.ResourceVersion != m.ResourceVersion {
+		//lint:ignore ST1005 kube-apiserver's own wording
 		return fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, m.ResourceVersion)
 	}
 	return nil
