@@ -102,7 +102,14 @@ const (
 	stateConflict
 )
 
-// Apply executes a plan step by step, in order. Each step is one etcd
+// Apply executes a plan step by step, in order. A plan is untrusted input
+// (it may have been stored and edited): before the first write Apply
+// re-checks its invariants (each key in one step, a move's From/To agreeing
+// with its keys and its value with the store, destinations inside the
+// network of the config they land in and overlapping no other lease) and
+// refuses a broken plan with ErrInvalidPlan; a step whose key was written
+// since the plan was made stops the run before any write with a
+// *ConflictError. Each step is one etcd
 // transaction that compares the mod revisions the plan recorded, so a key
 // that changed since the plan was made (a lease renewed by flanneld) is never
 // overwritten: Apply stops with a *ConflictError naming the key.
@@ -118,6 +125,9 @@ const (
 func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*ApplyResult, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	if err := r.checkPlan(p); err != nil {
+		return nil, err
+	}
+	if err := r.checkPlanStore(ctx, p); err != nil {
 		return nil, err
 	}
 	out := &ApplyResult{Steps: []StepResult{}}
@@ -153,6 +163,16 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 		out.Steps = append(out.Steps, sr)
 		if opts.OnProgress != nil {
 			opts.OnProgress(sr)
+		}
+	}
+	if !opts.DryRun {
+		// A step whose key was written since the plan was made stops the
+		// run before its first write, not after the steps before it.
+		for i, st := range p.Steps {
+			if state, _, err := r.stepState(ctx, st); state == stateConflict {
+				report(StepResult{Index: i, Step: st, Outcome: OutcomeConflict, Error: err.Error()})
+				return out, fmt.Errorf("step %d (%s): nothing written: %w", i+1, st.Action, err)
+			}
 		}
 	}
 	var firstConflict error
@@ -262,9 +282,7 @@ func (r *Registry) checkPlan(p *Plan) error {
 		return fmt.Errorf("%w: the plan is for prefix %q, this registry uses %q", ErrStalePlan, p.Prefix, r.prefix)
 	}
 	for i, st := range p.Steps {
-		bad := func(why string) error {
-			return fmt.Errorf("%w: step %d (%s %s): %s", ErrInvalidRequest, i+1, st.Action, st.Key, why)
-		}
+		bad := func(why string) error { return planError(i, st, "%s", why) }
 		switch st.Action {
 		case ActionDeleteLease:
 			if !strings.HasPrefix(st.Key, r.prefix+"/subnets") {
@@ -298,7 +316,7 @@ func (r *Registry) checkPlan(p *Plan) error {
 			return bad("unknown action")
 		}
 	}
-	return nil
+	return r.checkPlanFields(p)
 }
 
 // stepTxn is the transaction of a pending step.

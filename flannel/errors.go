@@ -31,6 +31,12 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrInvalidRequest means a request (a plan to build, a flag) is malformed.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrInvalidPlan means a plan breaks its own invariants (a step whose
+	// fields disagree, a destination outside the network or overlapping
+	// another lease, a key in two steps): it was edited or corrupted. Apply
+	// refuses it before the first write. Such errors also wrap
+	// ErrInvalidRequest.
+	ErrInvalidPlan = errors.New("invalid plan")
 	// ErrStalePlan means a plan does not belong to the store it is applied to
 	// (another prefix, another ConfigMap UID).
 	ErrStalePlan = errors.New("plan does not match the store")

@@ -430,6 +430,14 @@ func ApplyNetConf(ctx context.Context, c kubernetes.Interface, p *NetConfPlan, o
 		return nil, fmt.Errorf("%w: plan is nil", ErrInvalidRequest)
 	}
 	obj := p.Namespace + "/" + p.Name
+	// The plan is untrusted input: its fields must agree before anything is
+	// read or written.
+	if p.Namespace == "" || p.Name == "" || p.Key == "" {
+		return nil, fmt.Errorf("%w: %w: the plan names no ConfigMap key (namespace %q, name %q, key %q)", ErrInvalidPlan, ErrInvalidRequest, p.Namespace, p.Name, p.Key)
+	}
+	if _, err := ParseConfig([]byte(p.NewRaw)); err != nil {
+		return nil, fmt.Errorf("%w: %w: the plan's new %s does not parse: %w", ErrInvalidPlan, ErrInvalidRequest, p.Key, err)
+	}
 	if opts.DryRun != DryRunClient {
 		if err := access.Preflight(ctx, c, []access.Check{
 			{Verb: "get", Resource: "configmaps", Namespace: p.Namespace, Name: p.Name},
@@ -454,6 +462,9 @@ func ApplyNetConf(ctx context.Context, c kubernetes.Interface, p *NetConfPlan, o
 	if cm.ResourceVersion != p.ResourceVersion {
 		return nil, &ConflictError{Key: "configmap " + obj, Expected: p.ResourceVersion, Actual: cm.ResourceVersion,
 			Reason: "the ConfigMap was changed since the plan was made; read it again and re-plan"}
+	}
+	if cm.Data[p.Key] != p.OldRaw {
+		return nil, fmt.Errorf("%w: %w: the plan's old %s is not what ConfigMap %s holds at resourceVersion %s: the plan was edited", ErrInvalidPlan, ErrInvalidRequest, p.Key, obj, cm.ResourceVersion)
 	}
 	if opts.DryRun == DryRunClient {
 		return &NetConfResult{Outcome: OutcomeWouldApply, ResourceVersion: cm.ResourceVersion}, nil

@@ -296,6 +296,7 @@ type SetNetworkRequest struct {
 // SubnetMin/SubnetMax along when they are set).
 func configEdits(c *Config, req SetNetworkRequest) ([]memberEdit, error) {
 	var edits []memberEdit
+	var same []string
 	for _, f := range []struct {
 		fam                cidr.Family
 		want, cur          netip.Prefix
@@ -312,8 +313,18 @@ func configEdits(c *Config, req SetNetworkRequest) ([]memberEdit, error) {
 		if cidr.FamilyOf(f.want) != f.fam {
 			return nil, fmt.Errorf("%w: new %s %s must be an %s CIDR", ErrInvalidRequest, f.field, f.want, f.fam)
 		}
+		if f.fam == cidr.IPv6 && !c.EnableIPv6 {
+			return nil, fmt.Errorf("%w: new %s %s: the config does not enable IPv6 (EnableIPv6 is false), so flanneld would ignore it", ErrInvalidRequest, f.field, f.want)
+		}
+		if f.fam == cidr.IPv4 && !c.EnableIPv4 {
+			return nil, fmt.Errorf("%w: new %s %s: the config does not enable IPv4 (EnableIPv4 is false), so flanneld would ignore it", ErrInvalidRequest, f.field, f.want)
+		}
 		if f.want.Masked() != f.want {
 			return nil, fmt.Errorf("%w: new %s %s has host bits set; the network is %s", ErrInvalidRequest, f.field, f.want, f.want.Masked())
+		}
+		if f.want == f.cur {
+			same = append(same, fmt.Sprintf("%s %s", f.field, f.want))
+			continue
 		}
 		v, _ := json.Marshal(f.want.String())
 		edits = append(edits, memberEdit{Key: f.field, Value: string(v)})
@@ -334,6 +345,9 @@ func configEdits(c *Config, req SetNetworkRequest) ([]memberEdit, error) {
 			v, _ := json.Marshal(moved.String())
 			edits = append(edits, memberEdit{Key: m.field, Value: string(v)})
 		}
+	}
+	if len(edits) == 0 && len(same) > 0 {
+		return nil, fmt.Errorf("%w: %s is already the config's network: nothing to change", ErrInvalidRequest, strings.Join(same, " and "))
 	}
 	if len(edits) == 0 {
 		return nil, fmt.Errorf("%w: give a new Network or IPv6Network", ErrInvalidRequest)

@@ -17,7 +17,16 @@
 // without --apply, and --dry-run=client (or server, kube mode) rehearses the
 // write against the live store.
 //
-// Exit codes: 0 fine, 1 problems found or a change refused, 2 bad input.
+// Every flag and argument (etcd URLs, prefix and TLS files, names, subnets,
+// networks) is checked before etcd or the cluster is read, and every change
+// is planned and checked whole before its first write: a move or rm of a
+// subnet no lease holds, a destination outside the network or over another
+// lease, set-network to the network in use, or (kube mode) to one that
+// leaves a node's podCIDR outside it, is refused.
+//
+// Exit codes (internal/cli): 0 fine, 1 problems found or a change refused by
+// the store, 2 bad input, 4 etcd or the API server unreachable or refusing
+// the credentials, 130 interrupted.
 package main
 
 import (
@@ -27,19 +36,28 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/internal/cli"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	ctx, stop := cli.SignalContext()
+	code := runWith(ctx, realDeps(ctx), os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
 
 // deps are the connections run makes; tests replace them.
 type deps struct {
@@ -48,7 +66,7 @@ type deps struct {
 	getenv   func(string) string
 }
 
-func realDeps() deps {
+func realDeps(ctx context.Context) deps {
 	return deps{
 		dialEtcd: func(ctx context.Context, cfg flannel.EtcdConfig) (flannel.KV, io.Closer, error) {
 			kv, err := flannel.DialEtcd(ctx, cfg)
@@ -58,7 +76,8 @@ func realDeps() deps {
 			return kv, kv, nil
 		},
 		kube: func(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-			cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+			// An unreachable API server is exit 4 within cli.ReachTimeout.
+			cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, os.Stderr)
 			if err != nil {
 				return nil, err
 			}
@@ -77,12 +96,8 @@ type options struct {
 	subnetEnv, node, publicIP                                        string
 }
 
-// usageError is bad input: exit 2 with one line.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+// usagef is bad input: exit 2 with one line naming the flag and the value.
+func usagef(format string, a ...any) error { return cli.Usagef(format, a...) }
 
 const usage = `Usage: flannelsubnets [flags] COMMAND [ARGS]
 
@@ -99,8 +114,11 @@ Flags:
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
-	return runWith(context.Background(), realDeps(), args, stdout, stderr)
+	return runWith(context.Background(), realDeps(context.Background()), args, stdout, stderr)
 }
+
+// badInput are the library sentinels that mean bad input (exit 2).
+var badInput = []error{flannel.ErrInvalidRequest, flannel.ErrBadSubnetEnv}
 
 func runWith(ctx context.Context, d deps, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("flannelsubnets", flag.ContinueOnError)
@@ -137,25 +155,17 @@ func runWith(ctx context.Context, d deps, args []string, stdout, stderr io.Write
 		return 0
 	}
 	if err != nil {
-		err = usageError{err.Error()}
+		err = usagef("%v", err)
 	} else {
 		err = o.validate(pos)
 	}
 	if err == nil {
 		err = execute(ctx, d, o, pos, stdout)
 	}
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ue), errors.Is(err, flannel.ErrInvalidRequest), errors.Is(err, flannel.ErrBadSubnetEnv):
-		fmt.Fprintf(stderr, "flannelsubnets: %v\n", err)
-		return 2
-	case errors.Is(err, errProblemsFound):
-		return 1
+	if errors.Is(err, errProblemsFound) {
+		return cli.ExitProblems
 	}
-	fmt.Fprintf(stderr, "flannelsubnets: %v\n", err)
-	return 1
+	return cli.Fail(stderr, "flannelsubnets", err, badInput...)
 }
 
 // errProblemsFound makes check exit 1 after printing its report.
@@ -179,7 +189,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func (o options) validate(pos []string) error {
 	if err := cli.CheckFormat(o.output); err != nil {
-		return usageError{err.Error()}
+		return usagef("%v", err)
 	}
 	if len(pos) == 0 {
 		return usagef("missing command: show, check, rm, move or set-network (see -h)")
@@ -238,6 +248,89 @@ func (o options) validate(pos []string) error {
 	if cmd != "set-network" && o.moveLeases {
 		return usagef("--move-leases goes with set-network")
 	}
+	if cmd == "show" || cmd == "check" {
+		switch {
+		case o.apply:
+			return usagef("--apply goes with rm, move or set-network; %s only reads", cmd)
+		case o.dryRun != "":
+			return usagef("--dry-run=%s goes with rm, move or set-network; %s only reads", o.dryRun, cmd)
+		}
+	}
+	if o.kubeSubnetMgr {
+		if o.journalDir != "" {
+			return usagef("--journal-dir %s is for etcd mode; in kube mode the ConfigMap write is one update", o.journalDir)
+		}
+		if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+			return usagef("--namespace %q is not a namespace name: %s", o.namespace, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsDNS1123Subdomain(o.configMap); len(errs) > 0 {
+			return usagef("--configmap %q is not a ConfigMap name: %s", o.configMap, strings.Join(errs, "; "))
+		}
+	} else if err := o.validateEtcd(); err != nil {
+		return err
+	}
+	if _, err := flannel.NewAnnotationKeys(o.annotationPrefix); err != nil {
+		return usagef("--kube-annotation-prefix %q: %v", o.annotationPrefix, err)
+	}
+	if o.publicIP != "" {
+		if ip, err := netip.ParseAddr(o.publicIP); err != nil || !ip.Is4() {
+			return usagef("--public-ip %q is not an IPv4 address", o.publicIP)
+		}
+	}
+	if o.subnetEnv != "" {
+		if st, err := os.Stat(o.subnetEnv); err != nil {
+			return usagef("--subnet-env %s: %v", o.subnetEnv, err)
+		} else if st.IsDir() {
+			return usagef("--subnet-env %s is a directory; give the node's subnet.env file", o.subnetEnv)
+		}
+	}
+	// The positional arguments are parsed here, before anything is read.
+	switch {
+	case cmd == "move" && len(args) == 2:
+		if _, err := parseSubnetArg(args[1]); err != nil {
+			return err
+		}
+	case cmd == "set-network":
+		if _, err := parseNetworkArg(args[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateEtcd checks the etcd flags before anything is dialled: URLs, a
+// prefix flanneld can use, and TLS files that exist.
+func (o options) validateEtcd() error {
+	eps := flannel.ParseEndpoints(o.endpoints)
+	if len(eps) == 0 {
+		return usagef("--etcd-endpoints %q: give at least one client URL such as https://127.0.0.1:2379", o.endpoints)
+	}
+	for _, e := range eps {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix" && u.Scheme != "unixs") || (u.Host == "" && u.Path == "") {
+			return usagef("--etcd-endpoints: %q is not a URL like https://10.0.0.1:2379", e)
+		}
+	}
+	if !strings.HasPrefix(o.prefix, "/") || strings.Trim(o.prefix, "/") == "" {
+		return usagef("--etcd-prefix %q: want an absolute etcd path below the root, like %s", o.prefix, flannel.DefaultPrefix)
+	}
+	if (o.certFile == "") != (o.keyFile == "") {
+		return usagef("--etcd-certfile %q and --etcd-keyfile %q: give both or neither", o.certFile, o.keyFile)
+	}
+	for _, f := range []struct{ flag, path string }{{"etcd-cafile", o.caFile}, {"etcd-certfile", o.certFile}, {"etcd-keyfile", o.keyFile}} {
+		if f.path == "" {
+			continue
+		}
+		st, err := os.Stat(f.path)
+		if err != nil {
+			return usagef("--%s %s: %v", f.flag, f.path, errors.Unwrap(err))
+		}
+		if !st.Mode().IsRegular() {
+			return usagef("--%s %s: not a regular file", f.flag, f.path)
+		}
+	}
+	if o.password != "" && o.username == "" {
+		return usagef("--etcd-password needs --etcd-username")
+	}
 	return nil
 }
 
@@ -273,7 +366,7 @@ func loadEtcd(ctx context.Context, d deps, o options) (*etcdEnv, io.Closer, erro
 	snap, err := reg.Snapshot(ctx)
 	if err != nil {
 		_ = closer.Close()
-		return nil, nil, err
+		return nil, nil, etcdError(o, err)
 	}
 	env := &etcdEnv{reg: reg, snap: snap, byAddr: map[netip.Addr]string{}}
 	if o.kubeconfig != "" || d.getenv("KUBECONFIG") != "" {
@@ -295,6 +388,16 @@ func loadEtcd(ctx context.Context, d deps, o options) (*etcdEnv, io.Closer, erro
 		}
 	}
 	return env, closer, nil
+}
+
+// etcdError marks an etcd that did not answer, or refused the credentials,
+// as unreachable (exit 4).
+func etcdError(o options, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) ||
+		errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthNotEnabled) {
+		return &cli.UnreachableError{Host: "etcd " + o.endpoints, Err: err}
+	}
+	return err
 }
 
 func (e *etcdEnv) nodeOf(ip netip.Addr) string { return e.byAddr[ip] }
@@ -734,6 +837,9 @@ func executeKube(ctx context.Context, d deps, o options, pos []string, w io.Writ
 	}
 	ko := flannel.KubeOptions{Namespace: o.namespace, ConfigMap: o.configMap, AnnotationPrefix: o.annotationPrefix}
 	nc, err := flannel.ReadNetConf(ctx, kc, ko)
+	if errors.Is(err, flannel.ErrNotFound) {
+		return usagef("--namespace %s --configmap %s: no such ConfigMap; give the namespace and name of flannel's net-conf.json", o.namespace, o.configMap)
+	}
 	if err != nil {
 		return err
 	}
@@ -804,6 +910,12 @@ func executeKube(ctx context.Context, d deps, o options, pos []string, w io.Writ
 		p, err := flannel.PlanNetConf(nc, req, nodes)
 		if err != nil {
 			return badRequest(err)
+		}
+		if len(p.NodesOutside) > 0 {
+			// flanneld exits at its next start on a node whose podCIDR is
+			// outside the Network: refuse the write, not warn after it.
+			return usagef("set-network %s: node(s) %s have a podCIDR outside it; their flanneld would exit at its next start; move those podCIDRs first (see examples/noderecreate) or choose a Network containing them",
+				pos[1], strings.Join(p.NodesOutside, ", "))
 		}
 		out := changeOutput{Plan: p, Mode: mode(o)}
 		var applyErr error

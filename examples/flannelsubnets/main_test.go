@@ -173,10 +173,16 @@ func TestRunUsage(t *testing.T) {
 
 func TestRunEtcdShowAndCheck(t *testing.T) {
 	w := storyWorld(t)
-	code, out, _ := w.run(t, "--etcd-endpoints", "https://10.0.0.10:2379,https://10.0.0.11:2379", "--etcd-cafile", "ca.pem",
-		"--etcd-certfile", "c.pem", "--etcd-keyfile", "k.pem", "show")
+	// The TLS files must exist: they are checked before anything is dialled.
+	dir := t.TempDir()
+	ca, crt, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
+	for _, f := range []string{ca, crt, key} {
+		require.NoError(t, os.WriteFile(f, []byte("pem"), 0o600))
+	}
+	code, out, _ := w.run(t, "--etcd-endpoints", "https://10.0.0.10:2379,https://10.0.0.11:2379", "--etcd-cafile", ca,
+		"--etcd-certfile", crt, "--etcd-keyfile", key, "show")
 	assert.Equal(t, 0, code)
-	assert.Equal(t, flannel.EtcdConfig{Endpoints: []string{"https://10.0.0.10:2379", "https://10.0.0.11:2379"}, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"}, w.dialed[0])
+	assert.Equal(t, flannel.EtcdConfig{Endpoints: []string{"https://10.0.0.10:2379", "https://10.0.0.11:2379"}, CAFile: ca, CertFile: crt, KeyFile: key}, w.dialed[0])
 	assert.Contains(t, out, "IPv4: network 172.7.0.0/16, /24 subnets from 172.7.1.0 to 172.7.255.0 (255 subnets)")
 	assert.Contains(t, out, "172.7.1.0-24")
 	assert.NotContains(t, out, "node-a", "no node list without a kubeconfig")
@@ -372,22 +378,29 @@ func TestRunKube(t *testing.T) {
 	code, _, _ = w.run(t, "--kube-subnet-mgr", "check", "--subnet-env", env, "--node", "node-z")
 	assert.Equal(t, 2, code)
 
-	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.20.0.0/16")
+	// A Network that leaves node-a's podCIDR outside is refused (issue 20:
+	// flanneld on node-a would exit at its next start); this run used to
+	// plan and apply it with a warning.
+	code, out, stderr := w.run(t, "--kube-subnet-mgr", "set-network", "10.20.0.0/16", "--apply")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, stderr, "set-network 10.20.0.0/16: node(s) node-a have a podCIDR outside it")
+	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.0.0.0/8")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "-   \"Network\": \"10.244.0.0/16\",\n  +   \"Network\": \"10.20.0.0/16\",")
-	assert.Contains(t, out, "Nodes outside the new network: node-a")
-	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.20.0.0/16", "--dry-run=server")
+	assert.Contains(t, out, "-   \"Network\": \"10.244.0.0/16\",\n  +   \"Network\": \"10.0.0.0/8\",")
+	assert.NotContains(t, out, "Nodes outside the new network")
+	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--dry-run=server")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "result: would-apply")
-	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.20.0.0/16", "--apply")
+	code, out, _ = w.run(t, "--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--apply")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "result: applied (resourceVersion 8)")
 	got, err := w.kube.CoreV1().ConfigMaps("kube-flannel").Get(context.Background(), "kube-flannel-cfg", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "{\n  \"Network\": \"10.20.0.0/16\",\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", got.Data["net-conf.json"])
+	assert.Equal(t, "{\n  \"Network\": \"10.0.0.0/8\",\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", got.Data["net-conf.json"])
 	assert.Equal(t, "{}", got.Data["cni-conf.json"])
 
-	code, _, stderr := w.run(t, "--kube-subnet-mgr", "--namespace", "kube-system", "show")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "ConfigMap kube-system/kube-flannel-cfg")
+	// A ConfigMap that does not exist is bad input naming the flags (was exit 1).
+	code, _, stderr = w.run(t, "--kube-subnet-mgr", "--namespace", "kube-system", "show")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--namespace kube-system --configmap kube-flannel-cfg")
 }

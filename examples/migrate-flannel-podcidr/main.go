@@ -35,8 +35,14 @@
 //     restart of the flannel DaemonSet so every flanneld reads the new
 //     Network, and a final audit.
 //
-// Exit codes: 0 done (or plan printed), 1 failure, 2 bad input (one line),
-// 3 waiting for an operator step.
+// Before the first write it checks every input and what later steps need:
+// the flags (selector, names, CIDRs, durations), --from against the Network
+// net-conf.json holds, every node's podCIDR inside that Network, the
+// net-conf.json rewrite, the kubeadm ConfigMaps and the --manifests edit.
+//
+// Exit codes (internal/cli): 0 done (or plan printed), 1 failure or a failed
+// check, 2 bad input (one line), 3 waiting for an operator step, 4 cluster
+// unreachable or forbidden, 130 interrupted (rerun to resume).
 package main
 
 import (
@@ -47,19 +53,20 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/cidr"
@@ -70,12 +77,12 @@ import (
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
-// Exit codes.
+// Exit codes: the contract of internal/cli.
 const (
-	exitOK      = 0
-	exitFailed  = 1
-	exitBad     = 2
-	exitWaiting = 3
+	exitOK      = cli.ExitOK
+	exitFailed  = cli.ExitProblems
+	exitBad     = cli.ExitBadInput
+	exitWaiting = cli.ExitWaiting
 )
 
 // Step names, in order; journal keys are step/<name>.
@@ -110,7 +117,7 @@ const (
 const restartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext()
 	code := runWith(ctx, os.Args[1:], os.Stdout, os.Stderr, kubeconfigConnector)
 	stop()
 	os.Exit(code)
@@ -119,19 +126,18 @@ func main() {
 // connector builds the clientset.
 type connector func(ctx context.Context, kubeconfig, kubeContext string) (kubernetes.Interface, error)
 
-func kubeconfigConnector(_ context.Context, kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-	cfg, err := cli.RESTConfig(kubeconfig, kubeContext)
+// kubeconfigConnector loads the kubeconfig and checks, within
+// cli.ReachTimeout, that the API server answers (exit 4 otherwise).
+func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (kubernetes.Interface, error) {
+	cfg, err := cli.Connect(ctx, kubeconfig, kubeContext, os.Stderr)
 	if err != nil {
 		return nil, err
 	}
 	return kubernetes.NewForConfig(cfg)
 }
 
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func badf(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+// badf is bad input: exit 2, one line naming the flag and the value.
+func badf(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 var (
 	errHelp    = errors.New("help")
@@ -209,10 +215,6 @@ type runbook struct {
 
 	mu     sync.Mutex
 	manual []string // bare pods left for a person
-}
-
-func run(args []string, stdout, stderr io.Writer) int {
-	return runWith(context.Background(), args, stdout, stderr, kubeconfigConnector)
 }
 
 func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, connect connector) int {
@@ -303,8 +305,32 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	if o.nodeMask < 1 || o.nodeMask > 32 {
 		return o, badf("--node-mask %d: want 1..32", o.nodeMask)
 	}
-	if o.healthTimeout <= 0 || o.poll <= 0 {
-		return o, badf("--health-timeout and --poll-interval must be positive")
+	if o.healthTimeout <= 0 {
+		return o, badf("--health-timeout %s: must be positive, e.g. 2m", o.healthTimeout)
+	}
+	if o.poll <= 0 {
+		return o, badf("--poll-interval %s: must be positive, e.g. 1s", o.poll)
+	}
+	if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+		return o, badf("--namespace %q is not a namespace name: %s", o.namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(o.configMap); len(errs) > 0 {
+		return o, badf("--configmap %q is not a ConfigMap name: %s", o.configMap, strings.Join(errs, "; "))
+	}
+	// The selector picks the pods the fix and rewrite steps delete on each
+	// moved node (host-network ones included): it must parse, and must not
+	// select every pod of the namespace.
+	sel, err := labels.Parse(o.flannelSelector)
+	if err != nil {
+		return o, badf("--flannel-selector %q: %v", o.flannelSelector, err)
+	}
+	if sel.Empty() {
+		return o, badf("--flannel-selector %q selects every pod in namespace %s; give flannel's pod labels, e.g. app=flannel", o.flannelSelector, o.namespace)
+	}
+	if o.out != "" {
+		if st, err := os.Stat(o.out); err == nil && !st.IsDir() {
+			return o, badf("--out %s: exists and is not a directory", o.out)
+		}
 	}
 	return o, nil
 }
@@ -313,10 +339,21 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-func isBadInput(err error) bool {
-	var ue usageError
+// badInput are the library sentinels that mean bad input (exit 2): a flag
+// the library refused, or a plan read back from the journal that fails its
+// invariants.
+var badInput = []error{nodecidr.ErrInvalidOptions, nodecidr.ErrInvalidPlan, flannel.ErrInvalidRequest}
+
+// exitCode maps an error to the exit-code contract (internal/cli).
+func exitCode(err error) int {
+	if errors.Is(err, errWaiting) {
+		return exitWaiting
+	}
 	var pe *cidr.ParseError
-	return errors.As(err, &ue) || errors.As(err, &pe) || errors.Is(err, nodecidr.ErrInvalidOptions)
+	if errors.As(err, &pe) {
+		return exitBad
+	}
+	return cli.ExitCode(err, badInput...)
 }
 
 func (r *runbook) run(connect connector) int {
@@ -330,22 +367,13 @@ func (r *runbook) run(connect connector) int {
 	}
 	r.rep.Mode = r.mode
 	err := r.execute(connect)
-	code := exitOK
-	switch {
-	case err == nil:
-	case errors.Is(err, errWaiting):
-		code = exitWaiting
-	case isBadInput(err):
-		code = exitBad
-	default:
-		code = exitFailed
-	}
+	code := exitCode(err)
 	if r.j != nil {
 		_ = r.j.Close()
 	}
-	if code == exitBad {
-		fmt.Fprintln(r.stderr, "migrate-flannel-podcidr: "+oneLine(err.Error()))
-		return code
+	if code == exitBad || (code != exitOK && code != exitWaiting && len(r.rep.Steps) == 0) {
+		// Refused before the first step: one line, no report, no next step.
+		return cli.Fail(r.stderr, "migrate-flannel-podcidr", err, badInput...)
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
 		r.rep.Error = oneLine(err.Error())
@@ -358,7 +386,7 @@ func (r *runbook) run(connect connector) int {
 		r.printText()
 	}
 	if err != nil && !errors.Is(err, errWaiting) {
-		fmt.Fprintln(r.stderr, "migrate-flannel-podcidr: "+oneLine(err.Error()))
+		cli.Fail(r.stderr, "migrate-flannel-podcidr", err, badInput...)
 	}
 	return code
 }
@@ -408,6 +436,9 @@ func (r *runbook) execute(connect connector) error {
 		return err
 	}
 	if r.nc, err = flannel.ReadNetConf(r.ctx, r.kube, r.kubeOptions()); err != nil {
+		if errors.Is(err, flannel.ErrNotFound) {
+			return badf("--namespace %s --configmap %s: no such ConfigMap; give the namespace and name of flannel's net-conf.json", r.o.namespace, r.o.configMap)
+		}
 		return fmt.Errorf("reading net-conf.json: %w", err)
 	}
 	if r.nc.Config == nil {
@@ -416,11 +447,21 @@ func (r *runbook) execute(connect connector) error {
 	if !from.IsValid() {
 		from = r.nc.Config.Network
 		if from == r.to {
-			return badf("net-conf.json already holds Network %s; give --from OLD (or the journal of the run) to plan the remaining steps", r.to)
+			return badf("--network %s: net-conf.json already holds that Network; nothing to widen (a run that already changed it resumes from its --journal, or with --from OLD)", r.to)
 		}
 	}
 	if !from.IsValid() {
 		return badf("net-conf.json has no IPv4 Network; nothing to widen")
+	}
+	// --from (or the journal's move) must be what the cluster has: the
+	// Network net-conf.json holds, or the new one once step 2 has run.
+	if cur := r.nc.Config.Network; cur != from && cur != r.to {
+		what := "--from " + from.String()
+		if haveState {
+			what = fmt.Sprintf("--journal %s records a move from %s", r.o.journalDir, from)
+		}
+		return badf("%s: net-conf.json in ConfigMap %s/%s holds Network %s; --from must be the Network in use (or the new one, after step 2)",
+			what, r.nc.Namespace, r.nc.Name, prefixOrNone(cur))
 	}
 	r.from = from
 	r.rep.From, r.rep.To = r.from, r.to
@@ -439,6 +480,9 @@ func (r *runbook) execute(connect connector) error {
 			return badf("--node-range %s overlaps the old Network %s: renumbering needs a disjoint range", r.nodeRange, r.from)
 		}
 	}
+	if err := r.preflight(); err != nil {
+		return err
+	}
 	if r.j != nil && r.mode == "apply" && !haveState {
 		if err := r.j.Put(keyRunbook, state{From: r.from, To: r.to, RewriteNodes: r.o.rewrite, NodeRange: r.nodeRange, Started: time.Now().UTC()}); err != nil {
 			return err
@@ -448,10 +492,13 @@ func (r *runbook) execute(connect connector) error {
 		for key, dst := range map[string]**nodecidr.Plan{keyFixPlan: &r.fixPlan, keyRebasePlan: &r.rebasePlan} {
 			p := &nodecidr.Plan{}
 			if ok, err := r.j.Get(key, p); err != nil {
-				return err
+				return fmt.Errorf("%w: --journal %s %s: %w", nodecidr.ErrInvalidPlan, r.o.journalDir, key, err)
 			} else if ok {
 				*dst = p
 			}
+		}
+		if err := r.checkJournalPlans(); err != nil {
+			return err
 		}
 	}
 
@@ -513,6 +560,119 @@ func (r *runbook) execute(connect connector) error {
 		r.rep.Steps = append(r.rep.Steps, sr)
 	}
 	return failed
+}
+
+// checkJournalPlans checks the node plans read back from the journal, which
+// is untrusted input: the fix plan may only give nodes subnets of the old
+// Network, the rebase plan only subnets of --node-range, each node once.
+func (r *runbook) checkJournalPlans() error {
+	for _, c := range []struct {
+		key    string
+		p      *nodecidr.Plan
+		within netip.Prefix
+	}{{keyFixPlan, r.fixPlan, r.from}, {keyRebasePlan, r.rebasePlan, r.nodeRange}} {
+		if c.p == nil {
+			continue
+		}
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: --journal %s %s: %s", nodecidr.ErrInvalidPlan, r.o.journalDir, c.key, fmt.Sprintf(format, args...))
+		}
+		if !c.within.IsValid() {
+			return bad("the journal holds a plan for a step this run does not make")
+		}
+		seen := map[string]bool{}
+		for _, st := range c.p.Steps {
+			if seen[st.Node] {
+				return bad("node %s appears twice", st.Node)
+			}
+			seen[st.Node] = true
+			for _, s := range st.NewPodCIDRs {
+				p, err := cidr.Parse(s)
+				if err != nil {
+					return bad("node %s: new podCIDR %q: %v", st.Node, s, err)
+				}
+				if p.Addr().Is4() && !cidr.ContainsPrefix(c.within, p) {
+					return bad("node %s: new podCIDR %s lies outside %s", st.Node, p, c.within)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stepDone says whether the journal records step name as done.
+func (r *runbook) stepDone(name string) (bool, error) {
+	if r.j == nil {
+		return false, nil
+	}
+	var rec stepRecord
+	return r.j.Get("step/"+name, &rec)
+}
+
+// preflight checks, before the first write, everything the later steps would
+// otherwise find only after earlier steps changed the cluster: every node's
+// podCIDR lies in the Network flanneld uses now, the node mask fits the
+// Network, net-conf.json can be rewritten, the kubeadm ConfigMaps can be
+// planned and the kube-controller-manager manifest can be edited.
+func (r *runbook) preflight() error {
+	nodes, err := flannel.ReadNodes(r.ctx, r.kube, r.kubeOptions())
+	if err != nil {
+		return err
+	}
+	cur := r.nc.Config.Network
+	var outside []string
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			if p.Addr().Is4() && !cidr.ContainsPrefix(cur, p) {
+				outside = append(outside, fmt.Sprintf("%s (%s)", n.Name, p))
+			}
+		}
+	}
+	if len(outside) > 0 {
+		return fmt.Errorf("node podCIDR outside the current flannel Network %s: %s; flanneld refuses such a node and kube-controller-manager would not start with --cluster-cidr=%s; move those nodes into %s first (examples/noderecreate)",
+			cur, strings.Join(outside, ", "), r.to, cur)
+	}
+	if r.o.nodeMask < r.from.Bits() {
+		return badf("--node-mask %d: a node subnet /%d is larger than the Network %s", r.o.nodeMask, r.o.nodeMask, r.from)
+	}
+	if done, err := r.stepDone(stepNetwork); err != nil {
+		return err
+	} else if !done && cur != r.to {
+		if _, err := flannel.PlanNetConf(r.nc, flannel.SetNetworkRequest{Network: r.to}, nodes); err != nil {
+			return fmt.Errorf("net-conf.json in ConfigMap %s/%s cannot be set to Network %s: %w", r.nc.Namespace, r.nc.Name, r.to, err)
+		}
+	}
+	done, err := r.stepDone(stepKCM)
+	if err != nil || done {
+		return err
+	}
+	if r.o.manifests != "" {
+		path := filepath.Join(r.o.manifests, kubeadmcfg.ControllerManagerManifest)
+		m, err := kubeadmcfg.ReadManifestFile(path)
+		if err != nil {
+			return badf("--manifests %s: %s: %s", r.o.manifests, kubeadmcfg.ControllerManagerManifest, oneLine(err.Error()))
+		}
+		if err := m.Apply([]kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: r.to.String()}}); err != nil {
+			return badf("--manifests %s: %s: cannot set --cluster-cidr=%s: %s", r.o.manifests, kubeadmcfg.ControllerManagerManifest, r.to, oneLine(err.Error()))
+		}
+	}
+	if r.mode == "apply" {
+		if ok, err := r.j.Get(keyKubeadmPlan, &kubeadmcfg.Plan{}); err != nil || ok {
+			return err
+		}
+	}
+	snap, err := kubeadmcfg.Read(r.ctx, r.kube, kubeadmcfg.ReadOptions{})
+	if err != nil {
+		return err
+	}
+	if snap.Kubeadm == nil && snap.KubeProxy == nil {
+		return nil
+	}
+	_, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: r.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
+	if err != nil && !errors.Is(err, kubeadmcfg.ErrNothingToDo) {
+		return fmt.Errorf("the kubeadm ConfigMaps cannot be set to podSubnet %s: %w", r.to, err)
+	}
+	return nil
 }
 
 func (r *runbook) kubeOptions() flannel.KubeOptions {
@@ -1077,11 +1237,23 @@ func (r *runbook) restartFlannel(sr *StepReport) error {
 	if err != nil {
 		return fmt.Errorf("listing DaemonSets in %s: %w", r.o.namespace, err)
 	}
-	if len(dss.Items) == 0 {
-		sr.Details = append(sr.Details, fmt.Sprintf("no DaemonSet in namespace %s: restart every flanneld by hand so it reads Network %s", r.o.namespace, r.to))
+	// Only flannel's DaemonSets: the namespace may be kube-system, where a
+	// rolling restart of everything else would be an unasked-for change.
+	sel, err := labels.Parse(r.o.flannelSelector)
+	if err != nil {
+		return badf("--flannel-selector %q: %v", r.o.flannelSelector, err)
+	}
+	var flannelDS []appsv1.DaemonSet
+	for _, ds := range dss.Items {
+		if sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			flannelDS = append(flannelDS, ds)
+		}
+	}
+	if len(flannelDS) == 0 {
+		sr.Details = append(sr.Details, fmt.Sprintf("no DaemonSet in namespace %s runs pods matching --flannel-selector %s: restart every flanneld by hand so it reads Network %s", r.o.namespace, r.o.flannelSelector, r.to))
 		return nil
 	}
-	for _, ds := range dss.Items {
+	for _, ds := range flannelDS {
 		if r.mode == "plan" {
 			sr.Details = append(sr.Details, fmt.Sprintf("kubectl -n %s rollout restart daemonset/%s (every flanneld reads Network %s at start)", ds.Namespace, ds.Name, r.to))
 			continue

@@ -72,6 +72,8 @@ func fixture() []runtime.Object {
 
 type env struct {
 	cs *fake.Clientset
+	// real makes run load the kubeconfig given on the command line.
+	real bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -95,7 +97,11 @@ func (e *env) connect(context.Context, string, string) (kubernetes.Interface, er
 func (e *env) run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := runWith(t.Context(), args, &out, &errb, e.connect)
+	connect := e.connect
+	if e.real {
+		connect = kubeconfigConnector
+	}
+	code := runWith(t.Context(), args, &out, &errb, connect)
 	return code, out.String(), errb.String()
 }
 
