@@ -48,6 +48,7 @@ var k8sPackages = []string{
 	"k8s.io/kubernetes/cmd/kube-controller-manager",
 	"k8s.io/kubernetes/cmd/kube-scheduler",
 	"k8s.io/kubernetes/cmd/kubectl",
+	"k8s.io/kubernetes/cmd/kube-proxy",
 }
 
 // kwokStageFiles are the stage definitions, relative to the kwok module root,
@@ -75,6 +76,9 @@ type Binaries struct {
 	KubeControllerManager string
 	KubeScheduler         string
 	Kubectl               string
+	// KubeProxy is kube-proxy, run by the data-plane tests in each node
+	// network namespace.
+	KubeProxy string
 	// Kwok is the kwok controller, built once for all Kubernetes versions
 	// into <cache>/kwok-<KwokVersion>/bin.
 	Kwok string
@@ -179,6 +183,7 @@ func EnsureBinaries(ctx context.Context, opts BuildOptions) (*Binaries, error) {
 		KubeControllerManager: filepath.Join(bin, "kube-controller-manager"),
 		KubeScheduler:         filepath.Join(bin, "kube-scheduler"),
 		Kubectl:               filepath.Join(bin, "kubectl"),
+		KubeProxy:             filepath.Join(bin, "kube-proxy"),
 		Kwok:                  filepath.Join(kwokDir, "bin", "kwok"),
 		KwokStages:            filepath.Join(kwokDir, "bin", "kwok-stages.yaml"),
 	}, nil
@@ -241,7 +246,7 @@ func k8sRecipe(ver k8sVersion, dir string) (moduleRecipe, error) {
 		},
 		packages: append(slices.Clone(k8sPackages), "./etcd"),
 		ldflags:  "-s -w " + strings.Join(ldflags, " "),
-		outputs:  []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd"},
+		outputs:  []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kube-proxy", "etcd"},
 	}, nil
 }
 
@@ -510,13 +515,11 @@ type goTool struct {
 }
 
 func newGoTool(ctx context.Context) (*goTool, error) {
+	// The go command on PATH; tests run by `go test` always have one (the go
+	// command puts its own GOROOT/bin first).
 	path, err := exec.LookPath("go")
 	if err != nil {
-		alt := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, statErr := os.Stat(alt); statErr != nil {
-			return nil, fmt.Errorf("find the go command: %w", err)
-		}
-		path = alt
+		return nil, fmt.Errorf("find the go command on PATH: %w", err)
 	}
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")

@@ -98,6 +98,10 @@ type Options struct {
 	// EtcdTLS makes etcd serve HTTPS and require client certificates
 	// signed by the cluster CA; see Cluster.EtcdTLS.
 	EtcdTLS bool
+	// ExtraServingIPs are added to the serving certificate of etcd and
+	// kube-apiserver, for clients that reach them through a forwarder at
+	// another address (the data-plane tests' underlay).
+	ExtraServingIPs []net.IP
 
 	// StartTimeout bounds the wait for one component to become healthy
 	// (default 90s).
@@ -268,6 +272,7 @@ func (o *Options) complete() error {
 	}
 	for _, d := range o.Disable {
 		if !slices.Contains(AllComponents, d) {
+			//lint:ignore ST1005 the message starts with the Options field it names
 			return fmt.Errorf("Disable: unknown component %q (known: %v)", d, AllComponents)
 		}
 	}
@@ -279,6 +284,7 @@ func (o *Options) complete() error {
 	for _, comp := range AllComponents {
 		dep, ok := dependsOn[comp]
 		if ok && !slices.Contains(o.Disable, comp) && slices.Contains(o.Disable, dep) {
+			//lint:ignore ST1005 the message starts with the Options field it names
 			return fmt.Errorf("Disable: %s needs %s; disable %s too", comp, dep, comp)
 		}
 	}
@@ -315,6 +321,7 @@ func (c *Cluster) init() error {
 		ip[len(ip)-1]++
 		svcIPs = append(svcIPs, ip)
 	}
+	svcIPs = append(svcIPs, c.opts.ExtraServingIPs...)
 	if c.pki, err = newPKI(filepath.Join(c.dir, "pki"), svcIPs...); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 func main() {
 	version := flag.String("k8s-version", harness.K8sVersionFromEnv(), "Kubernetes release to build, e.g. 1.36.3")
 	cacheDir := flag.String("cache-dir", "", "binary cache root (default $"+harness.CacheDirEnv+" or <e2e>/.cache)")
+	dataPlane := flag.Bool("dataplane", false, "also build the data-plane binaries (flanneld, CNI plugins; kube-proxy is always built)")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "e2e-build: unexpected arguments %q\n", flag.Args())
@@ -30,6 +31,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
+	if *dataPlane {
+		dp, err := harness.EnsureDataPlaneBinaries(ctx, harness.BuildOptions{K8sVersion: *version, CacheDir: *cacheDir, Logf: log.Printf})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e-build: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(dp.Flanneld)
+		fmt.Println(dp.CNIDir)
+	}
 	bins, err := harness.EnsureBinaries(ctx, harness.BuildOptions{
 		K8sVersion: *version,
 		CacheDir:   *cacheDir,
@@ -39,7 +49,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "e2e-build: %v\n", err)
 		os.Exit(1)
 	}
-	for _, p := range []string{bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl, bins.Kwok, bins.KwokStages} {
+	for _, p := range []string{bins.Etcd, bins.KubeAPIServer, bins.KubeControllerManager, bins.KubeScheduler, bins.Kubectl, bins.KubeProxy, bins.Kwok, bins.KwokStages} {
 		fmt.Println(p)
 	}
 	log.Printf("binaries for Kubernetes %s ready in %s", bins.K8sVersion, time.Since(start).Round(time.Millisecond))

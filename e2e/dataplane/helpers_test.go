@@ -1,0 +1,205 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cidrshift/cidrshift/flannel"
+)
+
+// createNode registers the Node object of a namespace node, with its
+// underlay address, and podCIDR if given (otherwise kube-controller-manager
+// assigns one). It returns the node's podCIDR once set.
+func createNode(t *testing.T, cs kubernetes.Interface, n *Node, podCIDR string) netip.Prefix {
+	t.Helper()
+	obj := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: n.IP.String()},
+			{Type: corev1.NodeHostName, Address: n.Name},
+		}},
+	}
+	if podCIDR != "" {
+		obj.Spec.PodCIDR = podCIDR
+		obj.Spec.PodCIDRs = []string{podCIDR}
+	}
+	_, err := cs.CoreV1().Nodes().Create(t.Context(), obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return waitPodCIDR(t, cs, n.Name)
+}
+
+func waitPodCIDR(t *testing.T, cs kubernetes.Interface, name string) netip.Prefix {
+	t.Helper()
+	var got string
+	require.Eventually(t, func() bool {
+		node, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		got = node.Spec.PodCIDR
+		return got != ""
+	}, 30*time.Second, 100*time.Millisecond, "node %s gets a podCIDR", name)
+	return netip.MustParsePrefix(got)
+}
+
+// writeFile writes a file under the env's directory and returns its path.
+func writeFile(t *testing.T, env *Env, name, content string) string {
+	t.Helper()
+	path := filepath.Join(env.Dir, name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+// podTargets returns a PodTarget per pod, plus the outside target.
+func podTargets(pods []*Pod) []Target {
+	var ts []Target
+	for _, p := range pods {
+		ts = append(ts, PodTarget(p))
+	}
+	return append(ts, OutsideTarget())
+}
+
+// checkUntil runs Check until ok(m) or the attempts run out and returns the
+// last matrix: routes appear a moment after flanneld learns of a lease.
+func checkUntil(pods []*Pod, targets []Target, ok func(*Matrix) bool) *Matrix {
+	var m *Matrix
+	for i := 0; i < 10; i++ {
+		m = Check(pods, targets, ProbeOptions{})
+		if ok(m) {
+			return m
+		}
+		time.Sleep(time.Second)
+	}
+	return m
+}
+
+// allPods lists the pods of the nodes, in node order.
+func allPods(nodes ...*Node) []*Pod {
+	var out []*Pod
+	for _, n := range nodes {
+		out = append(out, n.Pods()...)
+	}
+	return out
+}
+
+// registerPod creates the Pod object of a namespace pod in "default",
+// bound to its node, with the address CNI gave it in its status (what the
+// kubelet would report).
+func registerPod(ctx context.Context, cs kubernetes.Interface, p *Pod) error {
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: metav1.NamespaceDefault, Labels: map[string]string{"app": "echo"}},
+		Spec: corev1.PodSpec{NodeName: p.Node.Name, Containers: []corev1.Container{{Name: "echo", Image: "cidrshift.local/echo",
+			Ports: []corev1.ContainerPort{{ContainerPort: EchoPort}}}}},
+	}
+	created, err := cs.CoreV1().Pods(obj.Namespace).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: p.IP.String(), PodIPs: []corev1.PodIP{{IP: p.IP.String()}},
+		HostIP: p.Node.IP.String(), Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	_, err = cs.CoreV1().Pods(obj.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// hostStepRunner executes flannel.CleanupSteps for one namespace node: the
+// commands are those an operator would type on the node or with kubectl,
+// mapped onto this node's namespace, files, flanneld process and pods.
+// An unknown command is an error, so a new step in the library is noticed.
+type hostStepRunner struct {
+	cs   kubernetes.Interface
+	node *Node
+	// skip lists commands not to run (to show what breaks without them).
+	skip map[string]bool
+}
+
+func (r hostStepRunner) run(ctx context.Context, steps []flannel.HostStep) error {
+	for _, s := range steps {
+		if r.skip[s.Command] {
+			continue
+		}
+		if err := r.one(ctx, s); err != nil {
+			return fmt.Errorf("step %q (%s): %w", s.Command, s.Where, err)
+		}
+	}
+	return nil
+}
+
+func (r hostStepRunner) one(ctx context.Context, s flannel.HostStep) error {
+	n := r.node
+	f := strings.Fields(s.Command)
+	switch {
+	case len(f) == 3 && f[0] == "kubectl" && (f[1] == "cordon" || f[1] == "uncordon") && f[2] == n.Name:
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, f[1] == "cordon")
+		_, err := r.cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	case s.Where == "node" && len(f) == 4 && f[0] == "ip" && f[1] == "link" && f[2] == "delete":
+		_, err := n.Run("ip", "link", "delete", f[3])
+		return err
+	case s.Where == "node" && len(f) == 3 && f[0] == "rm" && f[1] == "-rf" && strings.HasPrefix(f[2], "/var/lib/cni/networks/"):
+		return os.RemoveAll(filepath.Join(n.IPAMDir, strings.TrimPrefix(f[2], "/var/lib/cni/networks/")))
+	case s.Where == "node" && len(f) == 3 && f[0] == "rm" && f[1] == "-f" && f[2] == n.SubnetFile:
+		err := os.Remove(f[2])
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	case s.Where == "cluster" && len(f) >= 7 && f[0] == "kubectl" && f[3] == "delete" && f[4] == "pod" &&
+		strings.Contains(s.Command, "spec.nodeName="+n.Name):
+		// The flannel DaemonSet pod on the node: the DaemonSet recreates it.
+		return n.RestartFlanneld(30 * time.Second)
+	case s.Where == "node" && len(f) == 3 && f[0] == "systemctl" && f[1] == "restart":
+		return n.RestartFlanneld(30 * time.Second)
+	case s.Where == "cluster" && len(f) == 6 && f[0] == "kubectl" && f[1] == "delete" && f[2] == "pods" &&
+		f[3] == "--all-namespaces" && f[4] == "--field-selector" && strings.Contains(f[5], "spec.nodeName="+n.Name):
+		// The step's own field selector, against the real apiserver; each
+		// deleted Pod's sandbox is torn down by CNI DEL and its
+		// controller's replacement (same name here) set up by CNI ADD on
+		// the new subnet and registered again.
+		list, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: f[5]})
+		if err != nil {
+			return err
+		}
+		byName := map[string]*Pod{}
+		for _, p := range n.Pods() {
+			byName[p.Name] = p
+		}
+		var names []string
+		for _, obj := range list.Items {
+			if err := r.cs.CoreV1().Pods(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+				return err
+			}
+			if p := byName[obj.Name]; p != nil {
+				names = append(names, p.Name)
+				if err := n.DelPod(ctx, p); err != nil {
+					return err
+				}
+			}
+		}
+		if len(names) != len(byName) {
+			return fmt.Errorf("the selector %q matched %d of the node's %d pods", f[5], len(names), len(byName))
+		}
+		for _, name := range names {
+			p, err := n.AddPod(ctx, name)
+			if err != nil {
+				return err
+			}
+			if err := registerPod(ctx, r.cs, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("the test does not know how to run this step")
+}
