@@ -528,7 +528,14 @@ func (r *runbook) preflight(sr *StepReport) error {
 	// another range, a range too small, ...
 	po := r.planOptions()
 	if r.mode == "apply" {
-		po.JournalDir = filepath.Join(r.j.Dir(), "servicecidr")
+		// A Service that an interrupted run deleted and did not recreate is
+		// brought back first, at its journaled address: it is absent now,
+		// and Plan refuses to plan around it.
+		ao := r.applyOptions(servicecidr.DryRunNone)
+		if _, err := r.c.Recover(r.ctx, ao); err != nil {
+			return err
+		}
+		po.JournalDir = ao.JournalDir
 	}
 	if _, err := r.c.Plan(r.ctx, po); err != nil {
 		return err
