@@ -7,6 +7,7 @@
 #                 network namespaces the tests make and remove)
 #   make fuzz   - a short fuzzing pass over every parser
 #   make bench  - benchmarks (not part of CI)
+#   make mutate - mutation testing (gremlins) of every library package; writes the table in TESTING.md (slow, not in make test)
 #   make deps   - the Debian packages the data-plane tests need (iptables, conntrack, iproute2),
 #                 installed with apt-get when missing; part of make test
 #   make lint   - go vet and staticcheck over both modules; part of make test
@@ -16,7 +17,7 @@ FUZZTIME ?= 10s
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test unit e2e fuzz bench deps lint
+.PHONY: test unit e2e fuzz bench deps lint mutate
 
 test: deps lint unit e2e
 
@@ -36,10 +37,11 @@ unit:
 	$(GO) test -count=1 ./...
 
 # CIDRSHIFT_REQUIRE_DATAPLANE=1: a data-plane test that cannot run (not root, no network
-# namespaces) fails instead of skipping.
+# namespaces) fails instead of skipping. -p 1: one test package at a time; the data plane and
+# the 300-node scenarios together starve kwok's heartbeats on two cores.
 e2e:
 	cd e2e && $(GO) vet ./... && $(GO) run ./cmd/e2e-build -dataplane && \
-	  CIDRSHIFT_REQUIRE_DATAPLANE=1 $(GO) test -count=1 -timeout 45m ./...
+	  CIDRSHIFT_REQUIRE_DATAPLANE=1 $(GO) test -p 1 -count=1 -timeout 45m ./...
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -55,3 +57,57 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	cd e2e/peerbench && $(GO) test -bench . -benchmem -count 6 .
 	cd e2e && CIDRSHIFT_PERF=1 $(GO) test -count=1 -timeout 90m -v -run 'TestNodeRewrite|TestScaleOffline' ./perf
+
+# mutate: gremlins on each library package in turn, smallest first (tests of
+# that package only), installed into a temporary directory. The section between the
+# mutate markers in TESTING.md is rewritten with a row per package: killed,
+# lived, not covered, efficacy. MUTATE_PKGS picks a subset (the others are
+# listed as not measured); MUTATE_WORKERS limits the parallel test runs.
+# Logs stay in the directory it prints.
+GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTATE_ALL := internal/journal cidr kubeadmcfg flannel calico servicecidr nodecidr
+MUTATE_PKGS ?= $(MUTATE_ALL)
+MUTATE_WORKERS ?=
+# gremlins times a mutant out at the coverage run's time times this; each
+# mutant's run also compiles the package. GOFLAGS=-count=1 keeps the coverage
+# run from being a cached (near-zero) one.
+MUTATE_TIMEOUT_COEFFICIENT ?= 10
+# (Not --test-cpu: v0.6.0 passes "-cpu N" to go test as one argument, every
+# test binary then exits 1 on the unknown flag and every mutant counts as killed.)
+MUTATE_FLAGS ?= --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) $(if $(MUTATE_WORKERS),--workers $(MUTATE_WORKERS))
+
+mutate:
+	@set -e; out=$$(mktemp -d); echo "gremlins logs in $$out"; \
+	GOBIN=$$out $(GO) install $(GREMLINS); \
+	rows=$$out/rows; : > $$rows; \
+	for p in $(MUTATE_ALL); do \
+	  case " $(MUTATE_PKGS) " in *" $$p "*) ;; \
+	    *) printf '| %s | | | | | not measured (not in MUTATE_PKGS) |\n' "$$p" >> $$rows; continue;; esac; \
+	  log=$$out/$$(echo $$p | tr / _).log; start=$$(date +%s); \
+	  echo "== gremlins unleash $(MUTATE_FLAGS) ./$$p"; \
+	  if GOFLAGS=-count=1 $$out/gremlins unleash $(MUTATE_FLAGS) ./$$p > $$log 2>&1; then \
+	    set -- $$(sed -n 's/^Killed: \([0-9]*\), Lived: \([0-9]*\), Not covered: \([0-9]*\).*/\1 \2 \3/p' $$log) x x x; \
+	    eff=$$(sed -n 's/^Test efficacy: \(.*\)$$/\1/p' $$log); \
+	    printf '| %s | %s | %s | %s | %s | %ss |\n' "$$p" "$$1" "$$2" "$$3" "$$eff" "$$(( $$(date +%s) - start ))" >> $$rows; \
+	  else \
+	    printf '| %s | | | | | gremlins failed: see %s |\n' "$$p" "$$log" >> $$rows; \
+	  fi; \
+	  tail -4 $$log; \
+	done; \
+	sect=$$out/section; \
+	{ echo '<!-- mutate:begin: written by make mutate; edits here are lost -->'; \
+	  echo; \
+	  echo "Measured $$(date -u +%Y-%m-%d\ %H:%M) UTC with \`make mutate MUTATE_PKGS=\"$(MUTATE_PKGS)\" MUTATE_WORKERS=$(MUTATE_WORKERS)\`:"; \
+	  echo "\`GOFLAGS=-count=1 gremlins unleash $(MUTATE_FLAGS) ./<package>\` ($(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs)."; \
+	  echo; \
+	  echo '| package | killed | lived | not covered | efficacy | time |'; \
+	  echo '|---|---:|---:|---:|---:|---|'; \
+	  cat $$rows; \
+	  echo; \
+	  echo '<!-- mutate:end -->'; } > $$sect; \
+	if [ ! -f TESTING.md ]; then printf '# How the tests are checked\n\n' > TESTING.md; fi; \
+	if grep -q '<!-- mutate:begin' TESTING.md; then \
+	  awk -v sf=$$sect '/<!-- mutate:begin/ { while ((getline l < sf) > 0) print l; skip = 1; next } \
+	    /<!-- mutate:end/ { skip = 0; next } !skip' TESTING.md > $$out/TESTING.md && cp $$out/TESTING.md TESTING.md; \
+	else cat $$sect >> TESTING.md; fi; \
+	cat $$sect

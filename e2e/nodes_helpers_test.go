@@ -298,15 +298,18 @@ func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector 
 		}
 		running := 0
 		clear(out)
+		var waiting []string
 		for i := range list.Items {
 			p := &list.Items[i]
 			out[p.Name] = p
 			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 				running++
+			} else if len(waiting) < 5 {
+				waiting = append(waiting, fmt.Sprintf("%s on %s: phase %q, IP %q, conditions %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions))
 			}
 		}
 		if len(list.Items) != want || running != want {
-			return fmt.Errorf("%d pods, %d of them running with an IP; want %d", len(list.Items), running, want)
+			return fmt.Errorf("%d pods, %d of them running with an IP; want %d; not running: %s", len(list.Items), running, want, strings.Join(waiting, "; "))
 		}
 		return nil
 	})
