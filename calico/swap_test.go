@@ -3,6 +3,7 @@ package calico_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -429,24 +430,45 @@ func TestSwapOperatorManagedPool(t *testing.T) {
 	opts := fastOptions(dir)
 	opts.WaitForOperator = true
 	opts.OnEvent = e.onEvent
+	// The operator runs on its own goroutine: it reports what went wrong
+	// through a channel, and the test goroutine asserts it after Apply. When
+	// it gives up it also stops Apply, which would otherwise wait for it.
+	opCtx, stopOperator := context.WithCancel(ctx)
+	defer stopOperator()
+	applyCtx, stopApply := context.WithCancel(ctx)
+	defer stopApply()
+	operator := make(chan error, 1)
 	go func() {
-		require.Eventually(t, func() bool { return len(e.eventsOf(calico.EventWaitOperator)) > 0 }, 30*time.Second, time.Millisecond)
-		p, err := e.pools.Get(ctx, oldPoolName)
-		if err == nil {
-			p.Spec.Disabled = true
-			_, _ = e.pools.Update(ctx, p, calico.WriteOptions{})
-		}
-		require.Eventually(t, func() bool {
-			for _, ev := range e.eventsOf(calico.EventWaitOperator) {
-				if strings.Contains(ev.Message, "remove") {
-					return true
-				}
+		err := func() error {
+			if err := waitUntil(opCtx, "a wait-operator event", func() bool { return len(e.eventsOf(calico.EventWaitOperator)) > 0 }); err != nil {
+				return err
 			}
-			return false
-		}, 30*time.Second, time.Millisecond)
-		_ = e.pools.Delete(ctx, oldPoolName, calico.DeleteOptions{})
+			p, err := e.pools.Get(ctx, oldPoolName)
+			if err == nil {
+				p.Spec.Disabled = true
+				_, _ = e.pools.Update(ctx, p, calico.WriteOptions{})
+			}
+			if err := waitUntil(opCtx, "a wait-operator event asking to remove the old pool", func() bool {
+				for _, ev := range e.eventsOf(calico.EventWaitOperator) {
+					if strings.Contains(ev.Message, "remove") {
+						return true
+					}
+				}
+				return false
+			}); err != nil {
+				return err
+			}
+			_ = e.pools.Delete(ctx, oldPoolName, calico.DeleteOptions{})
+			return nil
+		}()
+		if err != nil {
+			stopApply()
+		}
+		operator <- err
 	}()
-	res, err = calico.Apply(ctx, e.cl, plan, opts)
+	res, err = calico.Apply(applyCtx, e.cl, plan, opts)
+	stopOperator()
+	require.NoError(t, <-operator, "the operator goroutine")
 	require.NoError(t, err)
 	assert.True(t, res.Done)
 	assert.True(t, res.OldPoolDeleted)
@@ -620,4 +642,23 @@ func TestApplyNeedsJournal(t *testing.T) {
 	require.NoError(t, err)
 	_, err = calico.Apply(context.Background(), e.cl, plan, calico.ApplyOptions{})
 	assert.True(t, errors.Is(err, calico.ErrNoJournal))
+}
+
+// waitUntil polls cond every millisecond for up to 30 seconds, off the test
+// goroutine: it returns an error (for the test goroutine to assert) instead of
+// failing the test itself.
+func waitUntil(ctx context.Context, what string, cond func() bool) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped waiting for %s: %w", what, ctx.Err())
+		case <-deadline:
+			return fmt.Errorf("no %s within 30s", what)
+		case <-tick.C:
+		}
+	}
+	return nil
 }

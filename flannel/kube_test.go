@@ -252,6 +252,9 @@ func TestNetConfPlanApply(t *testing.T) {
 	require.NoError(t, err)
 	p3, err := PlanNetConf(nc, SetNetworkRequest{Network: netip.MustParsePrefix("10.40.0.0/16")}, nil)
 	require.NoError(t, err)
+	// (No require inside the reactor: the error is kept and asserted after
+	// ApplyNetConf returns, whichever goroutine the reactor ran on.)
+	var otherWriter error
 	cs.PrependReactor("get", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj, err := cs.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, DefaultNetConfNamespace, DefaultNetConfName)
 		if err != nil {
@@ -260,10 +263,14 @@ func TestNetConfPlanApply(t *testing.T) {
 		cur := obj.(*corev1.ConfigMap).DeepCopy()
 		stale := cur.DeepCopy()
 		cur.ResourceVersion = "999"
-		require.NoError(t, cs.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, cur, cur.Namespace))
+		if err := cs.Tracker().Update(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, cur, cur.Namespace); err != nil {
+			otherWriter = err
+			return true, nil, err
+		}
 		return true, stale, nil
 	})
 	_, err = ApplyNetConf(ctx, cs, p3, KubeApplyOptions{})
+	require.NoError(t, otherWriter, "the other writer's update")
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Reason, "changed concurrently")
 

@@ -144,14 +144,23 @@ func TestApplyRebase(t *testing.T) {
 	rec := record(c)
 
 	// The backup must be on disk, in phase backed-up, when the delete arrives.
+	// The reactor runs on an Apply worker: it records what is wrong (and
+	// refuses the delete) rather than calling require there.
+	var off offTest
 	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		data, err := os.ReadFile(filepath.Join(dir, "node%2F"+a.(k8stesting.DeleteActionImpl).GetName()+".json"))
-		require.NoError(t, err, "no journal record before delete")
-		assert.Contains(t, string(data), `"phase": "backed-up"`)
-		assert.Contains(t, string(data), `"providerID": "test://`)
+		name := a.(k8stesting.DeleteActionImpl).GetName()
+		data, err := os.ReadFile(filepath.Join(dir, "node%2F"+name+".json"))
+		if !off.noError(err, "no journal record before delete of "+name) {
+			return true, nil, err
+		}
+		if !strings.Contains(string(data), `"phase": "backed-up"`) || !strings.Contains(string(data), `"providerID": "test://`) {
+			off.errorf("journal record of %s before its delete is not a backed-up backup: %s", name, data)
+		}
 		pre := a.(k8stesting.DeleteActionImpl).DeleteOptions.Preconditions
-		require.NotNil(t, pre)
-		require.NotNil(t, pre.UID)
+		if pre == nil || pre.UID == nil {
+			off.errorf("delete of %s without a UID precondition: %+v", name, pre)
+			return true, nil, errors.New("test: delete without a UID precondition")
+		}
 		return false, nil, nil
 	})
 	var ev events
@@ -164,6 +173,7 @@ func TestApplyRebase(t *testing.T) {
 		return nil
 	}}
 	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Hooks: []Hook{hook}, OnEvent: ev.add, Retry: fastRetry()})
+	off.check(t)
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	assert.Equal(t, []string{"master1", "w1", "w2", "w3"}, res.Changed)
@@ -450,6 +460,7 @@ func TestApplyKubeletReregisters(t *testing.T) {
 			c, s := newCluster(orig...)
 			p := rebasePlan(t, c)
 			done := false
+			var off offTest
 			c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				name := a.(k8stesting.DeleteActionImpl).GetName()
 				handled, obj, err := s.Handle(a)
@@ -462,12 +473,13 @@ func TestApplyKubeletReregisters(t *testing.T) {
 					}
 					// (a reactor must not call the clientset: the fake holds its lock)
 					_, _, cerr := s.Handle(k8stesting.NewRootCreateAction(corev1.SchemeGroupVersion.WithResource("nodes"), fresh))
-					require.NoError(t, cerr)
+					off.noError(cerr, "the kubelet registering w1 again")
 				}
 				return handled, obj, err
 			})
 			var ev events
 			_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), OnEvent: ev.add, Retry: fastRetry()})
+			off.check(t)
 			require.NoError(t, err)
 			checkMoved(t, s, orig, p)
 			if assigned == "" {
@@ -725,10 +737,16 @@ func TestApplyNodeChangedSinceList(t *testing.T) {
 	orig := storyOne()
 	c, s := newCluster(orig...)
 	p := rebasePlan(t, c)
-	beforeFirstDelete(c, "w1", func() { require.True(t, s.Touch("w1")) })
+	var off offTest
+	beforeFirstDelete(c, "w1", func() {
+		if !s.Touch("w1") {
+			off.errorf("w1 could not be touched before its delete")
+		}
+	})
 	rec := record(c)
 	dir := t.TempDir()
 	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+	off.check(t)
 	require.NoError(t, err)
 	checkMoved(t, s, orig, p)
 	w1 := 0
@@ -752,12 +770,14 @@ func TestApplyNodeDeletedSinceList(t *testing.T) {
 	orig := storyOne()
 	c, s := newCluster(orig...)
 	p := rebasePlan(t, c)
+	var off offTest
 	beforeFirstDelete(c, "w1", func() {
 		_, _, err := s.Handle(k8stesting.NewRootDeleteAction(corev1.SchemeGroupVersion.WithResource("nodes"), "w1"))
-		require.NoError(t, err)
+		off.noError(err, "someone else deleting w1")
 	})
 	dir := t.TempDir()
 	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+	off.check(t)
 	var stale *StaleError
 	require.ErrorAs(t, err, &stale)
 	assert.Equal(t, []Change{{Node: "w1", Field: "existence", Planned: "uid uid-w1", Current: "not found"}}, stale.Changes)

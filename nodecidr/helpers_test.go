@@ -2,6 +2,8 @@ package nodecidr
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +86,38 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// offTest collects what a reactor, hook or callback saw wrong while it ran on
+// one of Apply's worker goroutines. testify's require (t.FailNow) there would
+// stop only that worker, and the run would wait for it until -timeout with no
+// message; check reports the failures on the test goroutine once Apply has
+// returned.
+type offTest struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+// errorf records a failure.
+func (o *offTest) errorf(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.errs = append(o.errs, fmt.Sprintf(format, args...))
+}
+
+// noError records err, if any, with what was being done, and reports whether
+// it was nil.
+func (o *offTest) noError(err error, doing string) bool {
+	if err != nil {
+		o.errorf("%s: %v", doing, err)
+	}
+	return err == nil
+}
+
+// check fails the test (on the test goroutine) with every recorded failure.
+func (o *offTest) check(t *testing.T) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	require.Empty(t, o.errs, "failures seen off the test goroutine")
 }

@@ -46,7 +46,12 @@ func TestVerifyFindsProblems(t *testing.T) {
 	// Without a journal only podCIDRs and duplicates are checked.
 	v, err = Verify(ctx, c, p, VerifyOptions{})
 	require.NoError(t, err)
-	assert.NotContains(t, v.Findings, FindingMetadataChanged)
+	var seen []FindingKind
+	for _, f := range v.Findings {
+		seen = append(seen, f.Kind)
+	}
+	assert.NotContains(t, seen, FindingMetadataChanged)
+	assert.Contains(t, seen, FindingNodeMissing, "the podCIDR and existence checks still run")
 
 	// Before the plan is applied everything is "not applied".
 	c2, _ := newCluster(storyOne()...)
@@ -55,4 +60,29 @@ func TestVerifyFindsProblems(t *testing.T) {
 	assert.False(t, v.OK)
 	assert.Len(t, v.Findings, 4)
 	assert.Equal(t, FindingNotApplied, v.Findings[0].Kind)
+}
+
+// TestVerifyFailsForAPlannedNodeThatLostItsPodCIDRs: a planned node that
+// exists but has no podCIDRs (its kubelet registered it again while it was
+// absent) is not moved; Verify must say so instead of skipping it.
+func TestVerifyFailsForAPlannedNodeThatLostItsPodCIDRs(t *testing.T) {
+	ctx := ctxT(t)
+	c, s := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	_, err := Apply(ctx, c, p, ApplyOptions{JournalDir: t.TempDir(), Retry: fastRetry()})
+	require.NoError(t, err)
+	v, err := Verify(ctx, c, p, VerifyOptions{})
+	require.NoError(t, err)
+	require.True(t, v.OK, "%v", v.Findings)
+
+	require.NoError(t, c.CoreV1().Nodes().Delete(ctx, "w2", metav1.DeleteOptions{}))
+	s.AddNode(node("w2", nil))
+	v, err = Verify(ctx, c, p, VerifyOptions{})
+	require.NoError(t, err)
+	assert.False(t, v.OK)
+	assert.Equal(t, 4, v.Checked)
+	require.Len(t, v.Findings, 1, "%v", v.Findings)
+	assert.Equal(t, FindingNotApplied, v.Findings[0].Kind)
+	assert.Equal(t, []string{"w2"}, v.Findings[0].Nodes)
+	assert.Equal(t, cidr.SeverityError, v.Findings[0].Severity)
 }

@@ -407,14 +407,16 @@ func TestApplyFallsBackWhenTheAddressIsTakenDuringTheMove(t *testing.T) {
 	cl, c := newStory3(t, "v1")
 	p, err := c.Plan(context.Background(), story3PlanOptions())
 	require.NoError(t, err)
+	// The hook runs on an Apply worker goroutine: it keeps its error for the
+	// test goroutine (sync.Once orders the write before Apply returns).
 	once := sync.Once{}
+	var squatErr error
 	cl.FailServiceCreate(func(s *corev1.Service) error {
 		if s.Name == "api" {
 			once.Do(func() {
 				sq := story3Services()[3]
 				sq.Namespace, sq.Name, sq.Spec.ClusterIP = "other", "squatter", "172.24.0.200"
-				_, err := cl.AddService(sq)
-				require.NoError(t, err)
+				_, squatErr = cl.AddService(sq)
 			})
 		}
 		return nil
@@ -423,6 +425,7 @@ func TestApplyFallsBackWhenTheAddressIsTakenDuringTheMove(t *testing.T) {
 	o := fastApply(t.TempDir())
 	o.Progress = rec.add
 	res, err := c.Apply(context.Background(), p, o)
+	require.NoError(t, squatErr, "adding the squatter")
 	require.NoError(t, err)
 	api, ok := cl.Service("shop", "api")
 	require.True(t, ok)

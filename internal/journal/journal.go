@@ -27,17 +27,25 @@ const ext = ".json"
 type Journal struct {
 	dir  string
 	lock *os.File
+	fs   FS
 }
 
 // Open creates dir if needed and takes an exclusive lock on it. Close releases it.
-func Open(dir string) (*Journal, error) {
+func Open(dir string) (*Journal, error) { return OpenFS(dir, nil) }
+
+// OpenFS is Open with the file-system calls made through fsys (nil means the
+// operating system's).
+func OpenFS(dir string, fsys FS) (*Journal, error) {
+	if fsys == nil {
+		fsys = osFS{}
+	}
 	if dir == "" {
 		return nil, fmt.Errorf("journal directory: empty path")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := fsys.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating journal directory %s: %w", dir, err)
 	}
-	if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+	if err := syncDir(fsys, filepath.Dir(filepath.Clean(dir))); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
@@ -48,7 +56,7 @@ func Open(dir string) (*Journal, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
 	}
-	return &Journal{dir: dir, lock: f}, nil
+	return &Journal{dir: dir, lock: f, fs: fsys}, nil
 }
 
 // Dir returns the journal's directory.
@@ -75,12 +83,12 @@ func (j *Journal) Put(key string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding journal record %q: %w", key, err)
 	}
-	return WriteFileAtomic(j.path(key), append(data, '\n'), 0o600)
+	return WriteFileAtomicFS(j.fs, j.path(key), append(data, '\n'), 0o600)
 }
 
 // Get loads the record under key into v and reports whether it exists.
 func (j *Journal) Get(key string, v any) (bool, error) {
-	data, err := os.ReadFile(j.path(key))
+	data, err := j.fs.ReadFile(j.path(key))
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
@@ -95,15 +103,15 @@ func (j *Journal) Get(key string, v any) (bool, error) {
 
 // Delete removes the record under key; a missing record is not an error.
 func (j *Journal) Delete(key string) error {
-	if err := os.Remove(j.path(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := j.fs.Remove(j.path(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting journal record %q: %w", key, err)
 	}
-	return syncDir(j.dir)
+	return syncDir(j.fs, j.dir)
 }
 
 // Keys returns the keys of all records with the given prefix, sorted.
 func (j *Journal) Keys(prefix string) ([]string, error) {
-	entries, err := os.ReadDir(j.dir)
+	entries, err := j.fs.ReadDir(j.dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing journal %s: %w", j.dir, err)
 	}
@@ -130,8 +138,17 @@ func (j *Journal) Keys(prefix string) ([]string, error) {
 // owner of the file it replaces (mode for a new file), synced and renamed
 // over path, and the directory is synced so the rename survives a crash.
 // path must be a regular file or not exist.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	st, err := os.Stat(path)
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	return WriteFileAtomicFS(nil, path, data, mode)
+}
+
+// WriteFileAtomicFS is WriteFileAtomic with the file-system calls made
+// through fsys (nil means the operating system's).
+func WriteFileAtomicFS(fsys FS, path string, data []byte, mode os.FileMode) (err error) {
+	if fsys == nil {
+		fsys = osFS{}
+	}
+	st, err := fsys.Stat(path)
 	switch {
 	case err == nil:
 		if !st.Mode().IsRegular() {
@@ -144,14 +161,14 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := fsys.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
 			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
+			_ = fsys.Remove(tmp.Name())
 		}
 	}()
 	if _, err = tmp.Write(data); err != nil {
@@ -161,7 +178,7 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if st != nil {
-		keepOwner(tmp, st)
+		tmp.KeepOwner(st)
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", path, err)
@@ -169,19 +186,17 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+	if err = fsys.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replacing %s: %w", path, err)
 	}
-	return syncDir(dir)
+	if err = syncDir(fsys, dir); err != nil {
+		return fmt.Errorf("making the rename of %s durable: %w", path, err)
+	}
+	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening directory %s to sync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+func syncDir(fsys FS, dir string) error {
+	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
 	return nil
