@@ -19,6 +19,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/e2e/harness"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
@@ -86,28 +87,6 @@ func advCalicoCluster(t *testing.T, kubeadmFiles ...string) (*harness.Cluster, k
 		require.NoError(t, err, "create ConfigMap from %s", f)
 	}
 	return c, cs, dyn
-}
-
-// advCalicoUnreachableKubeconfig is a kubeconfig whose server does not listen.
-func advCalicoUnreachableKubeconfig(t *testing.T) string {
-	t.Helper()
-	kc := filepath.Join(t.TempDir(), "unreachable.kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600))
-	return kc
-}
-
-// advCalicoGarbageKubeconfig is a file that is no kubeconfig.
-func advCalicoGarbageKubeconfig(t *testing.T) string {
-	t.Helper()
-	kc := filepath.Join(t.TempDir(), "garbage.kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte("{{{ this is not a kubeconfig"), 0o600))
-	return kc
 }
 
 // advCalicoSwapPlan writes the plan `calicopoolswap plan -o yaml` makes for the
@@ -187,9 +166,9 @@ func TestAdversarialCalicoPoolSwap(t *testing.T) {
 		{name: "stray positional argument", args: []string{"apply", "--apply", "--old-pool", advCalicoOldPool, "--new-cidr", "10.20.0.0/16", "now"},
 			code: 2, msg: []string{`unexpected argument "now"`}},
 		{name: "garbage kubeconfig", args: []string{"apply", "--apply", "--old-pool", advCalicoOldPool, "--new-cidr", "10.20.0.0/16"},
-			code: 2, msg: []string{"kubeconfig"}, setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoGarbageKubeconfig(t)} }},
+			code: 2, msg: []string{"kubeconfig"}, setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.GarbageKubeconfig(t)} }},
 		{name: "unreachable cluster", args: []string{"apply", "--apply", "--old-pool", advCalicoOldPool, "--new-cidr", "10.20.0.0/16"},
-			code: 4, msg: []string{"unreachable"}, setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoUnreachableKubeconfig(t)} }},
+			code: 4, msg: []string{"unreachable"}, setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.UnreachableKubeconfig(t)} }},
 	}
 	// Every case but the kubeconfig ones talks to the cluster.
 	for i := range cases {
@@ -228,9 +207,9 @@ func TestAdversarialMigrateCalico(t *testing.T) {
 		{name: "--node-mask shorter than --to", args: a("--to", "10.200.0.0/16", "--node-mask", "12"), code: 2, msg: []string{"--to 10.200.0.0/16", "/12"}},
 		{name: "stray positional argument", args: a("--to", "10.200.0.0/16", "now"), code: 2, msg: []string{`unexpected argument "now"`}},
 		{name: "garbage kubeconfig", args: []string{"--to", "10.200.0.0/16", "--service-cidr", advCalicoSvcCIDR, "--apply"}, code: 2, msg: []string{"kubeconfig"},
-			setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoGarbageKubeconfig(t)} }},
+			setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.GarbageKubeconfig(t)} }},
 		{name: "unreachable cluster", args: []string{"--to", "10.200.0.0/16", "--service-cidr", advCalicoSvcCIDR, "--apply"}, code: 4, msg: []string{"unreachable"},
-			setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoUnreachableKubeconfig(t)} }},
+			setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.UnreachableKubeconfig(t)} }},
 	}
 	advRunCases(t, c, "migrate-calico-podcidr", extra, cases)
 }
@@ -271,8 +250,8 @@ func TestAdversarialKubeadmcfg(t *testing.T) {
 		{name: "stray positional argument", args: append([]string{"set", "--pod-subnet", "10.30.0.0/16", "--manifests", manifests, "--apply", "now"}, kc...),
 			code: 2, msg: []string{`unexpected argument "now"`}},
 		{name: "garbage kubeconfig", args: []string{"set", "--pod-subnet", "10.30.0.0/16", "--manifests", manifests, "--apply"}, code: 2, msg: []string{"kubeconfig"},
-			setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoGarbageKubeconfig(t)} }},
+			setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.GarbageKubeconfig(t)} }},
 		{name: "unreachable cluster", args: []string{"set", "--pod-subnet", "10.30.0.0/16", "--manifests", manifests, "--apply"}, code: 4, msg: []string{"unreachable"},
-			setup: func(t *testing.T) []string { return []string{"--kubeconfig", advCalicoUnreachableKubeconfig(t)} }},
+			setup: func(t *testing.T) []string { return []string{"--kubeconfig", clitest.UnreachableKubeconfig(t)} }},
 	})
 }

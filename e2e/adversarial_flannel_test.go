@@ -18,6 +18,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/e2e/harness"
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
 
 // The adversarial suite for flannelsubnets (etcd mode against the harness's
@@ -120,23 +121,6 @@ func advFlannelKubeObjects(t *testing.T, ctx context.Context, cs kubernetes.Inte
 	}
 }
 
-// advUnreachableKubeconfig is a kubeconfig whose server nothing answers.
-func advUnreachableKubeconfig(t *testing.T) string {
-	t.Helper()
-	kc := "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n" +
-		"contexts: [{name: a, context: {cluster: c, user: u}}]\ncurrent-context: a\nusers: [{name: u, user: {token: x}}]\n"
-	p := filepath.Join(t.TempDir(), "unreachable.kubeconfig")
-	require.NoError(t, os.WriteFile(p, []byte(kc), 0o600))
-	return p
-}
-
-func advGarbageKubeconfig(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "garbage.kubeconfig")
-	require.NoError(t, os.WriteFile(p, []byte("{{{ not a kubeconfig"), 0o600))
-	return p
-}
-
 // advFlannelCluster starts etcd + kube-apiserver only: no controller moves
 // nodes or pods, so any change is the program's.
 func advFlannelCluster(t *testing.T) (*harness.Cluster, kubernetes.Interface) {
@@ -201,8 +185,8 @@ func TestAdversarialFlannelSubnets(t *testing.T) {
 	})
 	t.Run("kubeconfig", func(t *testing.T) {
 		advRunCases(t, c, "flannelsubnets", nil, []advCase{
-			{name: "garbage kubeconfig", args: []string{"--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--apply", "--kubeconfig", advGarbageKubeconfig(t)}, code: 2, msg: []string{"kubeconfig"}},
-			{name: "unreachable API server", args: []string{"--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--apply", "--kubeconfig", advUnreachableKubeconfig(t)}, code: 4, msg: []string{"unreachable", "127.0.0.1:1"}},
+			{name: "garbage kubeconfig", args: []string{"--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--apply", "--kubeconfig", clitest.GarbageKubeconfig(t)}, code: 2, msg: []string{"kubeconfig"}},
+			{name: "unreachable API server", args: []string{"--kube-subnet-mgr", "set-network", "10.0.0.0/8", "--apply", "--kubeconfig", clitest.UnreachableKubeconfig(t)}, code: 4, msg: []string{"unreachable", "127.0.0.1:1"}},
 		})
 	})
 }
@@ -255,8 +239,8 @@ func TestAdversarialMigrateFlannel(t *testing.T) {
 	})
 	t.Run("kubeconfig", func(t *testing.T) {
 		advRunCases(t, c, "migrate-flannel-podcidr", nil, []advCase{
-			{name: "garbage kubeconfig", args: []string{"--network", "10.0.0.0/8", "--journal", t.TempDir(), "--apply", "--kubeconfig", advGarbageKubeconfig(t)}, code: 2, msg: []string{"kubeconfig"}},
-			{name: "unreachable API server", args: []string{"--network", "10.0.0.0/8", "--journal", t.TempDir(), "--apply", "--kubeconfig", advUnreachableKubeconfig(t)}, code: 4, msg: []string{"unreachable", "127.0.0.1:1"}},
+			{name: "garbage kubeconfig", args: []string{"--network", "10.0.0.0/8", "--journal", t.TempDir(), "--apply", "--kubeconfig", clitest.GarbageKubeconfig(t)}, code: 2, msg: []string{"kubeconfig"}},
+			{name: "unreachable API server", args: []string{"--network", "10.0.0.0/8", "--journal", t.TempDir(), "--apply", "--kubeconfig", clitest.UnreachableKubeconfig(t)}, code: 4, msg: []string{"unreachable", "127.0.0.1:1"}},
 		})
 	})
 	// The cluster still needs the fix (a sanity check that the cases above

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/cidrshift/cidrshift/e2e/harness"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
 
 // The adversarial suite: every live case runs an example program with bad
@@ -197,13 +197,10 @@ func advRunCases(t *testing.T, c *harness.Cluster, program string, extra func(t 
 			assert.Empty(t, advDiff(before, after), "the cluster changed after bad input: %s", ctxt)
 			assert.Equal(t, tc.code, code, "exit code: %s", ctxt)
 			advAssertMessage(t, stderr.String(), tc.msg, ctxt)
-			assert.NotRegexp(t, advNextStep, stdout.String()+stderr.String(), "a refused run must not print a next step: %s", ctxt)
+			assert.NotRegexp(t, clitest.NextStep, stdout.String()+stderr.String(), "a refused run must not print a next step: %s", ctxt)
 		})
 	}
 }
-
-// advNextStep matches output that tells an operator what to do next.
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // advAssertMessage checks that stderr ends in one line naming every want.
 func advAssertMessage(t *testing.T, stderr string, want []string, ctxt string) {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/e2e/harness"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
@@ -137,8 +138,7 @@ func TestAdversarialNoderecreate(t *testing.T) {
 			msg: []string{"10.40.0.0/24", "none left"}},
 	})
 	// The kubeconfig itself.
-	garbage := filepath.Join(t.TempDir(), "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("clusters: [{"), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
 	advRunCases(t, c, "noderecreate", func(t *testing.T) []string { return []string{"--journal", filepath.Join(t.TempDir(), "journal")} }, []advCase{
 		{name: "missing context", args: append(append([]string{}, rebase...), "--kubeconfig", c.AdminKubeconfig(), "--context", "nope", "--apply"), code: 2,
 			msg: []string{"loading kubeconfig", `"nope"`}},
@@ -169,8 +169,7 @@ func TestAdversarialDoctor(t *testing.T) {
 		{name: "output format", args: []string{"--cluster-cidr", "10.20.0.0/16", "-o", "xml"}, code: 2,
 			msg: []string{"-o", "xml"}},
 	})
-	garbage := filepath.Join(t.TempDir(), "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("clusters: [{"), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
 	advRunCases(t, c, "doctor", nil, []advCase{
 		{name: "missing context", args: []string{"--kubeconfig", c.AdminKubeconfig(), "--context", "nope"}, code: 2,
 			msg: []string{"loading kubeconfig", `"nope"`}},

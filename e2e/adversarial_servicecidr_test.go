@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/e2e/harness"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/servicecidr"
 )
 
@@ -44,23 +45,6 @@ func advSCFixture(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 		_, err := cs.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
 		require.NoError(t, err, "create Service %s/%s", s.Namespace, s.Name)
 	}
-}
-
-// advSCKubeconfigs writes a garbage kubeconfig and one whose server does
-// not answer.
-func advSCKubeconfigs(t *testing.T) (garbage, unreachable string) {
-	dir := t.TempDir()
-	garbage = filepath.Join(dir, "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01not: [a kubeconfig"), 0o600))
-	unreachable = filepath.Join(dir, "unreachable")
-	require.NoError(t, os.WriteFile(unreachable, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-users: [{name: u, user: {token: t}}]
-current-context: x
-`), 0o600))
-	return garbage, unreachable
 }
 
 func TestAdversarialServiceCIDR(t *testing.T) {
@@ -153,7 +137,7 @@ func TestAdversarialServiceCIDR(t *testing.T) {
 		{name: "add --to overlapping the range in use", args: []string{"add", "--to", "10.96.0.0/16", "--apply"},
 			code: 2, msg: []string{"--to", "10.96.0.0/16"}},
 	})
-	garbage, unreachable := advSCKubeconfigs(t)
+	garbage, unreachable := clitest.GarbageKubeconfig(t), clitest.UnreachableKubeconfig(t)
 	advRunCases(t, c, "servicecidr", nil, []advCase{
 		{name: "garbage kubeconfig", args: []string{"apply", "--to", "10.128.0.0/16", "--apply", "--journal", t.TempDir(), "--kubeconfig", garbage},
 			code: 2, msg: []string{"kubeconfig"}},
@@ -208,7 +192,7 @@ func TestAdversarialMigrateServiceCIDR(t *testing.T) {
 		{name: "--manifests with a garbage manifest", args: []string{"--to", "10.128.0.0/16", "--apply"},
 			setup: manifests(map[string]string{"kube-apiserver.yaml": "\x00\x01: [not yaml"}), code: 2, msg: []string{"--manifests", "kube-apiserver.yaml"}},
 	})
-	garbage, unreachable := advSCKubeconfigs(t)
+	garbage, unreachable := clitest.GarbageKubeconfig(t), clitest.UnreachableKubeconfig(t)
 	advRunCases(t, c, "migrate-servicecidr", nil, []advCase{
 		{name: "garbage kubeconfig", args: []string{"--to", "10.128.0.0/16", "--apply", "--journal", filepath.Join(t.TempDir(), "j1"), "--kubeconfig", garbage},
 			code: 2, msg: []string{"kubeconfig"}},

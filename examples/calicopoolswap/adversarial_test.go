@@ -22,6 +22,7 @@ import (
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/calico/calicotest"
 	"github.com/cidrshift/cidrshift/internal/access/accesstest"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
 
 // advCluster is fakeCluster with a count of every write a swap could make:
@@ -246,7 +247,7 @@ func TestAdversarialOffline(t *testing.T) {
 				assert.Contains(t, lines[len(lines)-1], m, ctxt)
 			}
 			assert.Equal(t, before, writes.Load(), "nothing written: %s", ctxt)
-			assert.NotRegexp(t, `(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`, out+errOut, ctxt)
+			assert.NotRegexp(t, clitest.NextStep, out+errOut, ctxt)
 		})
 	}
 }
@@ -261,14 +262,7 @@ func execReal(t *testing.T, args ...string) (int, string, string) {
 
 // An unreachable API server is exit 4 within seconds, with progress shown.
 func TestAdversarialUnreachable(t *testing.T) {
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600))
+	kc := clitest.UnreachableKubeconfig(t)
 	start := time.Now()
 	code, out, errOut := execReal(t, append([]string{"plan", "--kubeconfig", kc}, advPlanBase...)...)
 	assert.Equal(t, 4, code, out+errOut)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"regexp"
 	"strings"
 	"testing"
 
@@ -9,9 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
-
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // TestAdversarial: hostile input gives exit 2 and one line naming the flag
 // and the value; a layout the components would refuse to run is a problem
@@ -48,7 +46,7 @@ func TestAdversarial(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := runCapacity(tc.args...)
 			assert.Equal(t, tc.code, code, "%s\n%s", out, errOut)
-			assert.NotRegexp(t, advNextStep, out+errOut)
+			assert.NotRegexp(t, clitest.NextStep, out+errOut)
 			if tc.code != 2 {
 				assert.Empty(t, errOut)
 				return

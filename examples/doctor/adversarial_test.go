@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
 )
-
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // TestAdversarial: every flag the doctor takes is validated before anything
 // is read; bad input is exit 2 with one line naming the flag and the value.
@@ -34,16 +32,8 @@ func TestAdversarial(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(dump), 0o600))
 	empty := filepath.Join(dir, "empty.yaml")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
-	garbage := filepath.Join(dir, "kubeconfig")
-	require.NoError(t, os.WriteFile(garbage, []byte("clusters: [{"), 0o600))
-	good := filepath.Join(dir, "good-kubeconfig")
-	require.NoError(t, os.WriteFile(good, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-`), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
+	good := clitest.UnreachableKubeconfig(t)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -111,7 +101,7 @@ current-context: ctx
 				assert.Contains(t, r.stdout, "PROBLEMS FOUND", ctxt)
 			}
 			if tc.code != 1 {
-				assert.NotRegexp(t, advNextStep, r.stdout+r.stderr, ctxt)
+				assert.NotRegexp(t, clitest.NextStep, r.stdout+r.stderr, ctxt)
 			}
 		})
 	}
@@ -123,14 +113,7 @@ func TestAdversarialUnreachable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the reach timeout")
 	}
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-`), 0o600))
+	kc := clitest.UnreachableKubeconfig(t)
 	start := time.Now()
 	r := runArgs("--kubeconfig", kc)
 	assert.Equal(t, 4, r.code, r.stderr)

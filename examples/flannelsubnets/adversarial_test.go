@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -12,14 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
 
 // The adversarial suite (issue 20): hostile input, run with --apply where it
 // could change something, must exit with its code, say one line naming the
 // flag (or argument) and the value, write nothing to etcd or the cluster,
 // and print no next step.
-
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // kubeWrites lists the cluster writes of a run (access reviews excluded).
 func kubeWrites(actions []k8stesting.Action) []string {
@@ -134,7 +133,7 @@ func TestAdversarial(t *testing.T) {
 			for _, m := range tc.msg {
 				assert.Contains(t, lines[len(lines)-1], m, ctxt)
 			}
-			assert.NotRegexp(t, advNextStep, stdout+stderr, "a refused run prints no next step: %s", ctxt)
+			assert.NotRegexp(t, clitest.NextStep, stdout+stderr, "a refused run prints no next step: %s", ctxt)
 		})
 	}
 }

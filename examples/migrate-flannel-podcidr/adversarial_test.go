@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -13,15 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
 
 // The adversarial suite (issue 20): hostile input, each case run with
 // --apply where it could change the cluster, must exit with its code, say
 // one line naming the flag (or field) and the value, write nothing to the
 // cluster, and print no next step.
-
-// advNextStep matches output that tells an operator what to do next.
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // writes lists the cluster writes a run made (access reviews excluded).
 func writes(actions []k8stesting.Action) []string {
@@ -182,7 +180,7 @@ func TestAdversarial(t *testing.T) {
 			for _, m := range tc.msg {
 				assert.Contains(t, lines[len(lines)-1], m, ctxt)
 			}
-			assert.NotRegexp(t, advNextStep, stdout+stderr, "a refused run prints no next step: %s", ctxt)
+			assert.NotRegexp(t, clitest.NextStep, stdout+stderr, "a refused run prints no next step: %s", ctxt)
 		})
 	}
 }

@@ -5,20 +5,17 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
 )
-
-// nextStep matches output that tells an operator what to do next.
-var nextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // TestAdversarialMigrateServiceCIDR: hostile runs of the runbook against the
 // story-3 fake cluster (Services in 100.64.0.0/13). Each must exit with
@@ -126,7 +123,7 @@ func TestAdversarialMigrateServiceCIDR(t *testing.T) {
 				assert.Contains(t, last, m, "the last stderr line of %v", a)
 			}
 			assert.Equal(t, before, cl.Writes(), "%v must not write", a)
-			assert.NotRegexp(t, nextStep, out+errs, "a refused run prints no next step")
+			assert.NotRegexp(t, clitest.NextStep, out+errs, "a refused run prints no next step")
 			assert.NotContains(t, out, "WAITING", "a refused run prints no operator step")
 		})
 	}
@@ -147,16 +144,8 @@ func TestWrongFromLeavesNoJournal(t *testing.T) {
 
 func TestAdversarialKubeconfig(t *testing.T) {
 	dir := t.TempDir()
-	garbage := filepath.Join(dir, "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01not: [a kubeconfig"), 0o600))
-	kc := filepath.Join(dir, "config")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
-contexts: [{name: ctx-x, context: {cluster: c, user: u}}]
-users: [{name: u, user: {token: t}}]
-current-context: ctx-x
-`), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -171,7 +160,7 @@ current-context: ctx-x
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errb.String())
 		lines := strings.Split(strings.TrimRight(errb.String(), "\n"), "\n")
 		assert.Contains(t, lines[len(lines)-1], tc.msg, "%v", tc.args)
-		assert.NotRegexp(t, nextStep, out.String()+errb.String())
+		assert.NotRegexp(t, clitest.NextStep, out.String()+errb.String())
 		assert.NotContains(t, out.String(), "runbook:", "a refused run prints no runbook")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +14,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
-
-// advNextStep matches output that tells an operator what to do next; a
-// refused run must print none.
-var advNextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // editedPlan writes storyOne's rebase plan (10.10.0.0/18 -> 10.20.0.0/16)
 // to a file after edit changed it, the way a person could by hand.
@@ -150,7 +146,7 @@ func TestAdversarial(t *testing.T) {
 			for _, m := range tc.msg {
 				assert.Contains(t, lines[0], m, ctxt)
 			}
-			assert.NotRegexp(t, advNextStep, r.stdout+r.stderr, ctxt)
+			assert.NotRegexp(t, clitest.NextStep, r.stdout+r.stderr, ctxt)
 			assert.Empty(t, writes, "nothing is written: %s", ctxt)
 			assert.Equal(t, before, s.Nodes(), ctxt)
 		})
@@ -162,16 +158,8 @@ func TestAdversarial(t *testing.T) {
 // seconds.
 func TestAdversarialKubeconfig(t *testing.T) {
 	dir := t.TempDir()
-	garbage := filepath.Join(dir, "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01 not: [yaml"), 0o600))
-	dead := filepath.Join(dir, "dead")
-	require.NoError(t, os.WriteFile(dead, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: ctx, context: {cluster: c, user: u}}]
-current-context: ctx
-`), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
+	dead := clitest.UnreachableKubeconfig(t)
 	rebase := []string{"--from", "10.10.0.0/18", "--to", "10.20.0.0/16", "--apply", "--journal", filepath.Join(dir, "j")}
 	for _, tc := range []struct {
 		name string
@@ -195,7 +183,7 @@ current-context: ctx
 			assert.Less(t, time.Since(start), 20*time.Second)
 			lines := strings.Split(strings.TrimRight(errb.String(), "\n"), "\n")
 			assert.Contains(t, lines[len(lines)-1], tc.msg)
-			assert.NotRegexp(t, advNextStep, out.String()+errb.String())
+			assert.NotRegexp(t, clitest.NextStep, out.String()+errb.String())
 		})
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -11,11 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
 )
-
-// nextStep matches output that tells an operator what to do next.
-var nextStep = regexp.MustCompile(`(?im)^\s*(next:|then:|carry it out with|apply again|rerun)`)
 
 // advCase is one hostile run against the story-3 fake cluster (Services in
 // 100.64.0.0/13, the "kubernetes" ServiceCIDR): it must exit with code,
@@ -162,7 +159,7 @@ func TestAdversarialServiceCIDR(t *testing.T) {
 				assert.Contains(t, last, m, "the last stderr line of %v", args)
 			}
 			assert.Empty(t, cl.Writes(), "%v must not write", args)
-			assert.NotRegexp(t, nextStep, out+errs, "a refused run prints no next step")
+			assert.NotRegexp(t, clitest.NextStep, out+errs, "a refused run prints no next step")
 			assert.NotContains(t, out, "move Services from", "a refused run prints no plan")
 		})
 	}
@@ -173,16 +170,8 @@ func TestAdversarialServiceCIDR(t *testing.T) {
 // exit 4, within seconds.
 func TestAdversarialKubeconfig(t *testing.T) {
 	dir := t.TempDir()
-	garbage := filepath.Join(dir, "garbage")
-	require.NoError(t, os.WriteFile(garbage, []byte("\x00\x01not: [a kubeconfig"), 0o600))
-	kc := filepath.Join(dir, "config")
-	require.NoError(t, os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
-contexts: [{name: ctx-x, context: {cluster: c, user: u}}]
-users: [{name: u, user: {token: t}}]
-current-context: ctx-x
-`), 0o600))
+	garbage := clitest.GarbageKubeconfig(t)
+	kc := clitest.UnreachableKubeconfig(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -198,6 +187,6 @@ current-context: ctx-x
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errb.String())
 		lines := strings.Split(strings.TrimRight(errb.String(), "\n"), "\n")
 		assert.Contains(t, lines[len(lines)-1], tc.msg, "%v", tc.args)
-		assert.NotRegexp(t, nextStep, out.String()+errb.String())
+		assert.NotRegexp(t, clitest.NextStep, out.String()+errb.String())
 	}
 }
