@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cidrshift/cidrshift/e2e/harness"
 )
 
 // Proc is a process started inside a node namespace with `ip netns exec`.
@@ -21,34 +21,6 @@ type Proc struct {
 	err     error
 	// offset is where this run's output starts in the (appended) log.
 	offset int64
-}
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnCh   chan spawnReq
-)
-
-// spawn starts cmd from one goroutine locked to an OS thread that never
-// exits: Pdeathsig fires when the forking thread dies, so this makes it
-// fire only when the test binary dies (as in the harness).
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnCh = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			for req := range spawnCh {
-				req.errc <- req.cmd.Start()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	spawnCh <- spawnReq{cmd: cmd, errc: errc}
-	return <-errc
 }
 
 // startInNS starts bin with args inside the named namespace, output to
@@ -67,7 +39,7 @@ func startInNS(ns, name, logPath string, env []string, bin string, args ...strin
 	cmd.Stderr = f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := spawn(cmd); err != nil {
+	if err := harness.StartProcess(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

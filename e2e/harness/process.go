@@ -186,3 +186,9 @@ func tailLines(s string, n int) string {
 	}
 	return s[idx+1:]
 }
+
+// StartProcess starts cmd the way the harness starts its components: on Linux from
+// one OS thread that never exits, so a Pdeathsig set in cmd.SysProcAttr
+// fires only when the test binary dies. Packages that start processes of
+// their own (the data plane) use it too.
+func StartProcess(cmd *exec.Cmd) error { return spawn(cmd) }
