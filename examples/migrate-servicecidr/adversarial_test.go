@@ -13,6 +13,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
 )
@@ -92,7 +93,7 @@ func TestAdversarialMigrateServiceCIDR(t *testing.T) {
 				dir := filepath.Join(t.TempDir(), "journal")
 				j, err := journal.Open(dir)
 				require.NoError(t, err)
-				require.NoError(t, j.Put(keyRunbook, state{From: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/13")}, To: []netip.Prefix{netip.MustParsePrefix("172.28.0.0/16")}}))
+				require.NoError(t, j.Put(migrate.IntentKey, migrate.ServiceCIDRIntent{From: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/13")}, To: []netip.Prefix{netip.MustParsePrefix("172.28.0.0/16")}}))
 				require.NoError(t, j.Close())
 				return []string{"--journal", dir}
 			},
