@@ -748,7 +748,9 @@ func (c *Cluster) waitHealthy(ctx context.Context, name Component, proc *process
 			return c.exitError(name, proc)
 		}
 		if lastErr = c.healthy(ctx, name); lastErr == nil {
-			return nil
+			if lastErr = c.checkOwnPort(name, proc); lastErr == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -7,6 +7,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -388,6 +390,36 @@ func TestPortRaceRetry(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, statErr = os.Stat(c.Dir())
 	assert.True(t, os.IsNotExist(statErr), "cluster dir removed")
+}
+
+// TestPortRaceWithAnImpostor: the port given to etcd was taken by a server
+// that answers etcd's health check (another test's control plane). The
+// harness must not take that answer for etcd's: it starts etcd again on
+// new ports.
+func TestPortRaceWithAnImpostor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the etcd binary; skipped with -short")
+	}
+	opts := Options{Disable: []Component{APIServer, ControllerManager, Scheduler, Kwok}, Logf: t.Logf}
+	require.NoError(t, opts.complete())
+	bins, err := EnsureBinaries(t.Context(), BuildOptions{Logf: t.Logf})
+	require.NoError(t, err)
+	c, err := prepare(opts, bins)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+
+	impostor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, `{"health":"true","reason":""}`)
+	}))
+	defer impostor.Close()
+	port := impostor.Listener.Addr().(*net.TCPAddr).Port
+	c.comps[Etcd].ports["client"] = port
+
+	require.NoError(t, c.startAll(t.Context()))
+	st := c.Status(Etcd)
+	assert.True(t, st.Running, "etcd runs: the impostor's answer was not taken for its own")
+	assert.Equal(t, 2, st.Starts)
+	assert.NotEqual(t, port, c.comps[Etcd].ports["client"])
 }
 
 func TestSweepStaleDirs(t *testing.T) {
