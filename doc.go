@@ -12,7 +12,11 @@
 //   - calico: IPPool swap on either Calico API.
 //   - flannel: etcd v3 subnet registry, kube-mode annotations, subnet.env.
 //   - servicecidr: ServiceCIDR objects and moving Services to a new range.
+//   - migrate: the one composer: a Step engine (journal, resume, dry-run,
+//     operator pause, cluster lock) and the three migrations that span the
+//     packages above.
 //
 // Every mutating feature follows Audit → Plan → Apply → Verify; the programs
-// under examples/ show how the packages compose.
+// under examples/ are flags and output around the packages. TestImportGraph
+// holds the packages to their floors.
 package cidrshift
