@@ -3,8 +3,10 @@ package calico
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/cidrshift/cidrshift/cidr"
@@ -43,8 +45,12 @@ type CapacityWarning struct {
 	Message string      `json:"message"`
 }
 
-// Capacity is what a Calico pool can hold. Counts are exact big integers;
-// in JSON and YAML they are decimal strings, so IPv6 counts survive.
+// Capacity is what a Calico pool can hold. Counts are exact big integers; in
+// JSON they are numbers, as cidr.PodCapacity's are, written in full at any
+// size (an IPv6 pool's counts go far beyond 2^64). YAML made from that JSON
+// keeps them exact when numbers are copied verbatim, as the example programs
+// print it; UnmarshalJSON also reads back what sigs.k8s.io/yaml makes of
+// them (see there).
 type Capacity struct {
 	Pool      string       `json:"pool,omitempty"`
 	CIDR      netip.Prefix `json:"cidr"`
@@ -65,66 +71,136 @@ type Capacity struct {
 	Warnings             []CapacityWarning `json:"warnings,omitempty"`
 }
 
-// capacityJSON is Capacity with its counts as decimal strings: YAML (and
-// many JSON readers) turn numbers beyond 2^53 into floats, and IPv6 counts
-// go far beyond.
-type capacityJSON struct {
+// capacityWire is Capacity as UnmarshalJSON reads it: the counts raw, so
+// each can be checked for exactness.
+type capacityWire struct {
 	Pool                 string            `json:"pool,omitempty"`
 	CIDR                 netip.Prefix      `json:"cidr"`
 	Family               cidr.Family       `json:"family"`
 	BlockSize            int               `json:"blockSize"`
-	Addresses            string            `json:"addresses"`
-	Blocks               string            `json:"blocks"`
-	AddressesPerBlock    string            `json:"addressesPerBlock"`
-	MaxNodesOneBlockEach string            `json:"maxNodesOneBlockEach"`
+	Addresses            json.RawMessage   `json:"addresses"`
+	Blocks               json.RawMessage   `json:"blocks"`
+	AddressesPerBlock    json.RawMessage   `json:"addressesPerBlock"`
+	MaxNodesOneBlockEach json.RawMessage   `json:"maxNodesOneBlockEach"`
 	Warnings             []CapacityWarning `json:"warnings,omitempty"`
 }
 
-// MarshalJSON writes the counts as decimal strings, exact at any size.
-func (c Capacity) MarshalJSON() ([]byte, error) {
-	str := func(b *big.Int) string {
-		if b == nil {
-			return ""
-		}
-		return b.String()
-	}
-	return json.Marshal(capacityJSON{Pool: c.Pool, CIDR: c.CIDR, Family: c.Family, BlockSize: c.BlockSize,
-		Addresses: str(c.Addresses), Blocks: str(c.Blocks), AddressesPerBlock: str(c.AddressesPerBlock),
-		MaxNodesOneBlockEach: str(c.MaxNodesOneBlockEach), Warnings: c.Warnings})
-}
+// maxExactFloat is 2^53: every integer up to it is exact in a float64.
+const maxExactFloat = 1 << 53
 
-// UnmarshalJSON reads what MarshalJSON writes.
+// UnmarshalJSON reads a Capacity. Each count is a non-negative JSON integer
+// of any size, or a decimal string (as plans written before the counts
+// became numbers hold them). YAML readers that go through float64, such as
+// sigs.k8s.io/yaml, turn integers beyond 64 bits into floats (2^64 comes out
+// as 18446744073709552000 or 1.8446744073709552e+19); such an inexact value
+// is accepted only when it is the float64 of the count the capacity's own
+// cidr and blockSize give, and is replaced by that exact count. Anything
+// else is an error naming the field and the value.
 func (c *Capacity) UnmarshalJSON(data []byte) error {
-	var j capacityJSON
-	if err := json.Unmarshal(data, &j); err != nil {
+	var w capacityWire
+	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	num := func(field, s string) (*big.Int, error) {
-		if s == "" {
-			return nil, nil
+	out := Capacity{Pool: w.Pool, CIDR: w.CIDR, Family: w.Family, BlockSize: w.BlockSize, Warnings: w.Warnings}
+	exact, _ := capacityCounts(w.CIDR, w.BlockSize) // zero when cidr or blockSize do not give counts
+	for _, f := range []struct {
+		name  string
+		raw   json.RawMessage
+		exact *big.Int
+		dst   **big.Int
+	}{
+		{"addresses", w.Addresses, exact.addresses, &out.Addresses},
+		{"blocks", w.Blocks, exact.blocks, &out.Blocks},
+		{"addressesPerBlock", w.AddressesPerBlock, exact.perBlock, &out.AddressesPerBlock},
+		{"maxNodesOneBlockEach", w.MaxNodesOneBlockEach, exact.blocks, &out.MaxNodesOneBlockEach},
+	} {
+		n, err := decodeCount(f.name, f.raw, f.exact)
+		if err != nil {
+			return err
 		}
-		n, ok := new(big.Int).SetString(s, 10)
-		if !ok {
-			return nil, fmt.Errorf("capacity %s %q: not a decimal integer", field, s)
-		}
-		return n, nil
-	}
-	out := Capacity{Pool: j.Pool, CIDR: j.CIDR, Family: j.Family, BlockSize: j.BlockSize, Warnings: j.Warnings}
-	var err error
-	if out.Addresses, err = num("addresses", j.Addresses); err != nil {
-		return err
-	}
-	if out.Blocks, err = num("blocks", j.Blocks); err != nil {
-		return err
-	}
-	if out.AddressesPerBlock, err = num("addressesPerBlock", j.AddressesPerBlock); err != nil {
-		return err
-	}
-	if out.MaxNodesOneBlockEach, err = num("maxNodesOneBlockEach", j.MaxNodesOneBlockEach); err != nil {
-		return err
+		*f.dst = n
 	}
 	*c = out
 	return nil
+}
+
+// decodeCount reads one count (see Capacity.UnmarshalJSON). exact is the
+// count the capacity's cidr and blockSize give, nil when they give none.
+func decodeCount(field string, raw json.RawMessage, exact *big.Int) (*big.Int, error) {
+	text := strings.TrimSpace(string(raw))
+	if text == "" || text == "null" {
+		return nil, nil
+	}
+	quoted := strings.HasPrefix(text, `"`)
+	if quoted {
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, fmt.Errorf("capacity %s %s: %w", field, raw, err)
+		}
+	}
+	if text != "" && strings.Trim(text, "0123456789") == "" {
+		n, _ := new(big.Int).SetString(text, 10)
+		// An integer written from a float64 (18446744073709552000 for 2^64)
+		// stands for the exact count it rounds from.
+		if exact != nil && n.Cmp(exact) != 0 && n.BitLen() > 53 && sameFloat64(n, exact) {
+			return new(big.Int).Set(exact), nil
+		}
+		return n, nil
+	}
+	if quoted || !strings.ContainsAny(text, "0123456789") {
+		return nil, fmt.Errorf("capacity %s %s: want a non-negative decimal integer", field, raw)
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return nil, fmt.Errorf("capacity %s %s: want a non-negative decimal integer: %w", field, text, err)
+	}
+	if f < 0 || f != math.Trunc(f) {
+		return nil, fmt.Errorf("capacity %s %s: want a non-negative decimal integer", field, text)
+	}
+	if exact != nil {
+		if want, _ := new(big.Float).SetInt(exact).Float64(); want == f {
+			return new(big.Int).Set(exact), nil
+		}
+		return nil, fmt.Errorf("capacity %s %s: not exact, and not the count of the pool's cidr and blockSize (%s); want a decimal integer", field, text, exact)
+	}
+	if f > maxExactFloat {
+		return nil, fmt.Errorf("capacity %s %s: not exact beyond 2^53 and the capacity has no cidr and blockSize to count from; want a decimal integer", field, text)
+	}
+	n, _ := big.NewFloat(f).Int(nil)
+	return n, nil
+}
+
+// sameFloat64 reports whether a and b round to the same float64.
+func sameFloat64(a, b *big.Int) bool {
+	fa, _ := new(big.Float).SetInt(a).Float64()
+	fb, _ := new(big.Float).SetInt(b).Float64()
+	return fa == fb
+}
+
+// poolCounts are a pool's counts, as PoolCapacity computes them.
+type poolCounts struct {
+	addresses, blocks, perBlock *big.Int
+}
+
+// capacityCounts computes the counts of a pool with prefix pfx and block
+// size bs. The error names the block size when it is outside the family's
+// range; an invalid prefix gives zero counts and an error too.
+func capacityCounts(pfx netip.Prefix, bs int) (poolCounts, error) {
+	if !pfx.IsValid() {
+		return poolCounts{}, fmt.Errorf("cidr %q: not a valid prefix", pfx)
+	}
+	bits := pfx.Addr().BitLen()
+	lo, hi := MinBlockSizeIPv4, MaxBlockSizeIPv4
+	if bits == 128 {
+		lo, hi = MinBlockSizeIPv6, MaxBlockSizeIPv6
+	}
+	if bs < lo || bs > hi {
+		return poolCounts{}, fmt.Errorf("block size for a %s pool must be between %d and %d", cidr.FamilyOf(pfx), lo, hi)
+	}
+	c := poolCounts{addresses: pow2(bits - pfx.Bits()), perBlock: pow2(bits - bs), blocks: big.NewInt(0)}
+	if pfx.Bits() <= bs {
+		c.blocks = pow2(bs - pfx.Bits())
+	}
+	return c, nil
 }
 
 // PoolCapacity computes the capacity of a pool and warns when it lies outside
@@ -135,28 +211,22 @@ func PoolCapacity(p IPPool, opts CapacityOptions) (Capacity, error) {
 	if err != nil {
 		return Capacity{}, err
 	}
-	bits := pfx.Addr().BitLen()
 	bs := p.EffectiveBlockSize()
-	lo, hi := MinBlockSizeIPv4, MaxBlockSizeIPv4
-	if bits == 128 {
-		lo, hi = MinBlockSizeIPv6, MaxBlockSizeIPv6
-	}
-	if bs < lo || bs > hi {
+	counts, err := capacityCounts(pfx, bs)
+	if err != nil {
 		return Capacity{}, &FieldError{Pool: p.Name, Field: "spec.blockSize", Value: fmt.Sprint(p.Spec.BlockSize), Rule: RuleBlockSizeRange,
-			Reason: fmt.Sprintf("block size for a %s pool must be between %d and %d", cidr.FamilyOf(pfx), lo, hi)}
+			Reason: err.Error()}
 	}
 	c := Capacity{
 		Pool:              p.Name,
 		CIDR:              pfx,
 		Family:            cidr.FamilyOf(pfx),
 		BlockSize:         bs,
-		Addresses:         pow2(bits - pfx.Bits()),
-		AddressesPerBlock: pow2(bits - bs),
-		Blocks:            big.NewInt(0),
+		Addresses:         counts.addresses,
+		AddressesPerBlock: counts.perBlock,
+		Blocks:            counts.blocks,
 	}
-	if pfx.Bits() <= bs {
-		c.Blocks = pow2(bs - pfx.Bits())
-	} else {
+	if pfx.Bits() > bs {
 		c.Warnings = append(c.Warnings, CapacityWarning{Code: WarnNoWholeBlock,
 			Message: fmt.Sprintf("pool %s is smaller than one /%d block: Calico refuses it while enabled", pfx, bs)})
 	}

@@ -31,7 +31,8 @@
 // and kube-apiserver running (nodes move before --cluster-cidr changes; a new
 // ServiceCIDR exists before --service-cluster-ip-range changes; clusterDNS
 // moves with the DNS Service). Every source that disagrees with the intent is
-// work, so a plan made after a partial change finishes it. Apply makes the
+// work (the nodes too, when kube-controller-manager's manifest is not read),
+// so a plan made after a partial change finishes it. Apply makes the
 // ConfigMap edits with the resourceVersion the plan read, so a concurrent
 // edit is refused; the manifest edits are rendered as unified diffs and
 // rewritten files for the operator to apply on each control-plane node.

@@ -214,11 +214,15 @@ func currentFlags(s *Snapshot) (cidr.ControllerManagerFlags, bool) {
 //
 // Every source read that disagrees with the intent is work: kubeadm-config
 // (networking and extraArgs), the kube-apiserver and kube-controller-manager
-// manifests' flags, kube-proxy's clusterCIDR and the kubelet's clusterDNS.
-// So a plan made after a partial change (an Apply stopped after
-// kubeadm-config, a manifest already rewritten) makes only the edits left, in
-// the same order, and a source that already agrees is not edited (a manifest
-// not read is assumed to need its edit). ErrNothingToDo only when every
+// manifests' flags, kube-proxy's clusterCIDR, the kubelet's clusterDNS and,
+// when kube-controller-manager's manifest was not read, the nodes' podCIDRs
+// (nodes move before its flags change, so a node outside the target is the
+// sign that the node IPAM part is not done). So a plan made after a partial
+// change (an Apply stopped after kubeadm-config, a manifest already
+// rewritten, every ConfigMap edited but no node moved) makes only the edits
+// left, in the same order, and a source that already agrees is not edited.
+// A manifest not read is assumed to need its edit, with every flag the
+// intent names for the parts not done. ErrNothingToDo only when every
 // source read agrees. Plan.Current is the range the running components use,
 // or, when they already use the target, the first source still saying
 // another range.
@@ -295,16 +299,30 @@ func NewPlan(s *Snapshot, in Intent, opts PlanOptions) (*Plan, error) {
 	}
 	dnsOff := in.ServiceSubnet != "" && len(outsideRanges(cur.ClusterDNS, tgtSvc)) > 0
 	maskIntent := in.NodeMask != 0 || in.NodeMaskIPv6 != 0
-	podChange := in.PodSubnet != "" && (!slices.Equal(tgtPods, curPods) || len(oldPods) > 0)
+	// The nodes read are a source too while kube-controller-manager's
+	// manifest is not: nodes move before its flags change, so once a partial
+	// Apply has rewritten kubeadm-config and kube-proxy, a node whose
+	// podCIDRs do not fit the target is the only sign read that the node
+	// IPAM part of the change is not done. (A manifest read says it with its
+	// flags; nodes that do not fit them are Check's business.)
+	var nodesOff []string
+	if s.ControllerManager == nil && (in.PodSubnet != "" || maskIntent) {
+		nodesOff = misfitNodes(s.Nodes, tgtPods, p.Target.NodeMasks)
+	}
+	podChange := in.PodSubnet != "" && (!slices.Equal(tgtPods, curPods) || len(oldPods) > 0 || len(nodesOff) > 0)
 	svcChange := in.ServiceSubnet != "" && (!slices.Equal(tgtSvc, curSvc) || len(oldSvc) > 0 || dnsOff)
-	maskChange := maskIntent && len(curPods) > 0 && (!slices.Equal(p.Target.NodeMasks, cur.NodeMasks) || masksDisagree(s, p.Target))
+	// A mask asked for with a cluster's first pod CIDR is a change too (the
+	// components would otherwise use their default).
+	maskChange := maskIntent && (!slices.Equal(p.Target.NodeMasks, cur.NodeMasks) || masksDisagree(s, p.Target) || len(nodesOff) > 0)
 	if !podChange && !svcChange && !maskChange {
 		return nil, fmt.Errorf("%w: every source read already has pod CIDR %q, Service CIDR %q and node masks %v", ErrNothingToDo, cur.PodSubnet, cur.ServiceSubnet, cur.NodeMasks)
 	}
 	// The range being left: what the running components use, or, when they
-	// already use the target, the first source still saying something else.
+	// already use the target, the first source still saying something else
+	// (none when only the nodes are left behind: no source read records it).
 	fromPods := curPods
 	if podChange && slices.Equal(curPods, tgtPods) {
+		fromPods = nil
 		if v, ps, ok := firstRange(oldPods); ok {
 			p.Current.PodSubnet, fromPods = v, ps
 		}
@@ -336,7 +354,7 @@ func NewPlan(s *Snapshot, in Intent, opts PlanOptions) (*Plan, error) {
 	if err := b.configMapEdits(s, podChange, svcChange, maskChange); err != nil {
 		return nil, err
 	}
-	pause, final, nodesMove, err := b.controllerManagerChanges(s, podChange, svcChange, maskChange, opts)
+	pause, final, nodesMove, err := b.controllerManagerChanges(s, in, podChange, svcChange, maskChange, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -459,6 +477,32 @@ func disagreeing(sources []Value, target []netip.Prefix) []Value {
 	for _, v := range sources {
 		if !sameRange(v.Value, target) {
 			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// misfitNodes returns the names of the nodes whose podCIDRs do not fit the
+// target layout: one per target range, each inside its family's target range
+// with that family's node mask (as nodeMoves decides who moves). A node
+// without a podCIDR fits: the allocator gives it one.
+func misfitNodes(nodes []cidr.NodePodCIDRs, tgtPods []netip.Prefix, masks []int) []string {
+	var out []string
+	for _, n := range nodes {
+		if len(n.PodCIDRs) == 0 {
+			continue
+		}
+		fits := len(n.PodCIDRs) == len(tgtPods)
+		for _, pc := range n.PodCIDRs {
+			p, _, err := cidr.ParseLenient(pc)
+			inside := false
+			for i, tp := range tgtPods {
+				inside = inside || (err == nil && i < len(masks) && p.Bits() == masks[i] && cidr.ContainsPrefix(tp, p))
+			}
+			fits = fits && inside
+		}
+		if !fits {
+			out = append(out, n.Name)
 		}
 	}
 	return out
@@ -762,10 +806,14 @@ func (b *planBuilder) fileEdit(id, component string, m *Manifest, file string, c
 
 // controllerManagerChanges adds the kube-controller-manager edits: the
 // optional pause of node IPAM, then the new flags. Only flags that do not
-// already mean the target are changed (all of them when no manifest was
-// read). nodesMove says whether the node IPAM flags change, so that nodes
-// must move first.
-func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange, maskChange bool, opts PlanOptions) (pause, final []FlagChange, nodesMove bool, err error) {
+// already mean the target are changed. When no manifest was read, its edit
+// sets every flag the intent names for the parts of the change not done
+// (the pod CIDR, the node masks, the Service CIDR): kubeadm-config's
+// controllerManager.extraArgs give the form of its flags, not their values,
+// since a partial Apply may already have rewritten them while the manifest
+// was not touched. nodesMove says whether the node IPAM flags change, so
+// that nodes must move first.
+func (b *planBuilder) controllerManagerChanges(s *Snapshot, in Intent, podChange, svcChange, maskChange bool, opts PlanOptions) (pause, final []FlagChange, nodesMove bool, err error) {
 	t := b.p.Target
 	km := s.ControllerManager
 	get := func(f string) (string, bool) { return "", false }
@@ -779,16 +827,21 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 		f, ferr := s.Kubeadm.ControllerManagerFlags()
 		allocate = ferr == nil && f.AllocateNodeCIDRs
 	}
+	maskIntent := in.NodeMask != 0 || in.NodeMaskIPv6 != 0
 	tgtPods, _, _ := cidr.ParseListLenient(t.PodSubnet)
 	tgtSvc, _, _ := cidr.ParseListLenient(t.ServiceSubnet)
 	clusterCIDRChange := podChange && (km == nil || !flagSays(km, FlagClusterCIDR, tgtPods))
+	if km == nil && in.PodSubnet != "" && maskChange {
+		clusterCIDRChange = true
+	}
 	if clusterCIDRChange {
 		final = append(final, FlagChange{Flag: FlagClusterCIDR, Value: t.PodSubnet})
 	}
 	if maskChange || podChange {
 		for _, mc := range maskFlagChanges(get, t) {
 			v, had := get(mc.Flag)
-			if (mc.Remove && had) || (!mc.Remove && v != mc.Value && (maskChange || had)) {
+			unread := km == nil && maskIntent // the value read is kubeadm-config's, not the component's
+			if (mc.Remove && had) || (!mc.Remove && (unread || v != mc.Value) && (maskChange || had)) {
 				final = append(final, mc)
 			}
 		}
@@ -799,7 +852,7 @@ func (b *planBuilder) controllerManagerChanges(s *Snapshot, podChange, svcChange
 	if nodesMove && allocate && !opts.KeepNodeIPAM {
 		pause = []FlagChange{{Flag: FlagAllocateNodeCIDRs, Value: "false"}}
 	}
-	if svcChange {
+	if svcChange || (km == nil && nodesMove && in.ServiceSubnet != "") {
 		if v, ok := get(FlagServiceClusterIPRange); km == nil || (ok && !sameRange(v, tgtSvc)) {
 			final = append(final, FlagChange{Flag: FlagServiceClusterIPRange, Value: t.ServiceSubnet})
 		}
@@ -1054,7 +1107,11 @@ func (b *planBuilder) steps(s *Snapshot, podChange, svcChange, nodesMove, paused
 			"servicecidr package: delete the old ServiceCIDR (kubernetes), then delete Service default/kubernetes so kube-apiserver recreates it at the first address of the new range, and remove the old DNS Service.")
 	}
 	if podChange {
-		add(StepExternal, "", "Move the remaining pods off the old pod range "+c.PodSubnet+" and remove it from the CNI",
+		old := "the old pod range"
+		if c.PodSubnet != "" && c.PodSubnet != t.PodSubnet {
+			old += " " + c.PodSubnet
+		}
+		add(StepExternal, "", "Move the remaining pods off "+old+" and remove it from the CNI",
 			"calico package: disable the old pool, recreate pods still on it, delete it; flannel: restart flannel and the nodes' pods.")
 	}
 	add(StepCheck, "", "Verify", "Run the consistency check: no finding may remain.")
