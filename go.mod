@@ -3,9 +3,12 @@ module github.com/cidrshift/cidrshift
 go 1.26.8
 
 require (
+	github.com/coreos/go-iptables v0.8.0
 	github.com/go-logr/logr v1.4.4
 	github.com/projectcalico/api v0.0.0-20250916150628-d4009e4d7c50
 	github.com/stretchr/testify v1.12.1
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
 	go.etcd.io/etcd/api/v3 v3.6.8
 	go.etcd.io/etcd/client/pkg/v3 v3.6.8
 	go.etcd.io/etcd/client/v3 v3.6.8

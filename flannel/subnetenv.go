@@ -1,14 +1,13 @@
 package flannel
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/subnetenv"
 )
 
 // DefaultSubnetFile is flanneld's default --subnet-file.
@@ -17,12 +16,12 @@ const DefaultSubnetFile = "/run/flannel/subnet.env"
 // The variables flanneld writes to subnet.env (pkg/subnet WriteSubnetFile), in
 // the order it writes them.
 const (
-	EnvNetwork     = "FLANNEL_NETWORK"
-	EnvSubnet      = "FLANNEL_SUBNET"
-	EnvIPv6Network = "FLANNEL_IPV6_NETWORK"
-	EnvIPv6Subnet  = "FLANNEL_IPV6_SUBNET"
-	EnvMTU         = "FLANNEL_MTU"
-	EnvIPMasq      = "FLANNEL_IPMASQ"
+	EnvNetwork     = subnetenv.Network
+	EnvSubnet      = subnetenv.Subnet
+	EnvIPv6Network = subnetenv.IPv6Network
+	EnvIPv6Subnet  = subnetenv.IPv6Subnet
+	EnvMTU         = subnetenv.MTU
+	EnvIPMasq      = subnetenv.IPMasq
 )
 
 // SubnetEnv is /run/flannel/subnet.env, the file flanneld writes on each node
@@ -59,152 +58,25 @@ type SubnetEnv struct {
 // FLANNEL_* variables must be what flanneld writes: one CIDR each, an integer
 // MTU and a boolean IPMASQ.
 func ParseSubnetEnv(data []byte) (*SubnetEnv, error) {
-	e := &SubnetEnv{}
-	bad := func(line int, input, reason string) error {
-		return &ParseError{What: "subnet.env line " + strconv.Itoa(line), Input: input, Reason: reason, Err: ErrBadSubnetEnv}
+	e, err := subnetenv.Parse(data)
+	if err != nil {
+		pe := &ParseError{What: "subnet.env", Reason: err.Error(), Err: ErrBadSubnetEnv}
+		var se *subnetenv.Error
+		if errors.As(err, &se) {
+			pe.Reason = se.Reason
+			if se.Line > 0 {
+				pe.What, pe.Input = "subnet.env line "+strconv.Itoa(se.Line), se.Input
+			}
+		}
+		return nil, pe
 	}
-	for i, line := range strings.Split(string(data), "\n") {
-		n := i + 1
-		line = strings.TrimSpace(strings.TrimSuffix(line, "\r"))
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		line = strings.TrimSpace(strings.TrimPrefix(line, "export "))
-		sep := strings.IndexAny(line, "=:")
-		if sep <= 0 {
-			return nil, bad(n, line, "expected KEY=value")
-		}
-		key := strings.TrimSpace(line[:sep])
-		if !validEnvKey(key) {
-			return nil, bad(n, line, "variable name "+strconv.Quote(key)+" must be letters, digits and underscores")
-		}
-		val, err := envValue(strings.TrimSpace(line[sep+1:]))
-		if err != nil {
-			return nil, bad(n, line, err.Error())
-		}
-		switch key {
-		case EnvNetwork, EnvSubnet, EnvIPv6Network, EnvIPv6Subnet:
-			fam := cidr.IPv4
-			if key == EnvIPv6Network || key == EnvIPv6Subnet {
-				fam = cidr.IPv6
-			}
-			if strings.Contains(val, ",") {
-				return nil, bad(n, line, key+" holds several CIDRs; flanneld writes one and ignores such a value")
-			}
-			p, err := netip.ParsePrefix(val)
-			if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-				return nil, bad(n, line, key+" must be a CIDR such as "+map[cidr.Family]string{cidr.IPv4: "10.5.34.1/24", cidr.IPv6: "fd00:10:244:5::1/64"}[fam])
-			}
-			if cidr.FamilyOf(p) != fam {
-				return nil, bad(n, line, key+" must be an "+fam.String()+" CIDR")
-			}
-			switch key {
-			case EnvNetwork:
-				e.Network = p.Masked()
-			case EnvSubnet:
-				e.Subnet = p
-			case EnvIPv6Network:
-				e.IPv6Network = p.Masked()
-			default:
-				e.IPv6Subnet = p
-			}
-		case EnvMTU:
-			mtu, err := strconv.Atoi(val)
-			if err != nil || mtu <= 0 || mtu > 65535 {
-				return nil, bad(n, line, key+" must be an MTU between 1 and 65535")
-			}
-			e.MTU = mtu
-		case EnvIPMasq:
-			b, err := strconv.ParseBool(val)
-			if err != nil {
-				return nil, bad(n, line, key+" must be true or false")
-			}
-			e.IPMasq = b
-		default:
-			if e.Extra == nil {
-				e.Extra = map[string]string{}
-			}
-			e.Extra[key] = val
-		}
-	}
-	if !e.Subnet.IsValid() && !e.IPv6Subnet.IsValid() {
-		return nil, &ParseError{What: "subnet.env", Reason: "neither " + EnvSubnet + " nor " + EnvIPv6Subnet + " is set; it was not written by flanneld", Err: ErrBadSubnetEnv}
-	}
-	return e, nil
-}
-
-func validEnvKey(k string) bool {
-	for i, r := range k {
-		if r == '_' || (r >= 'A' && r <= 'Z') || (r >= 'a' && r <= 'z') || (i > 0 && (r >= '0' && r <= '9' || r == '.')) {
-			continue
-		}
-		return false
-	}
-	return k != ""
-}
-
-// envValue unquotes a dotenv value.
-func envValue(v string) (string, error) {
-	if v == "" {
-		return "", nil
-	}
-	switch q := v[0]; q {
-	case '\'', '"':
-		end := strings.LastIndexByte(v, q)
-		if end == 0 {
-			return "", fmt.Errorf("unterminated %c quote", q)
-		}
-		if rest := strings.TrimSpace(v[end+1:]); rest != "" && !strings.HasPrefix(rest, "#") {
-			return "", fmt.Errorf("unexpected text after the quoted value")
-		}
-		inner := v[1:end]
-		if q == '"' {
-			if u, err := strconv.Unquote(`"` + inner + `"`); err == nil {
-				return u, nil
-			}
-		}
-		return inner, nil
-	}
-	if i := strings.Index(v, " #"); i >= 0 {
-		v = v[:i]
-	}
-	return strings.TrimSpace(v), nil
+	s := SubnetEnv(*e)
+	return &s, nil
 }
 
 // Render writes the file the way flanneld writes it: the IPv4 pair, the IPv6
 // pair, MTU and IPMASQ, then any extra variables sorted by name.
-func (e *SubnetEnv) Render() []byte {
-	var b bytes.Buffer
-	if e.Network.IsValid() {
-		fmt.Fprintf(&b, "%s=%s\n", EnvNetwork, e.Network)
-	}
-	if e.Subnet.IsValid() {
-		fmt.Fprintf(&b, "%s=%s\n", EnvSubnet, e.Subnet)
-	}
-	if e.IPv6Network.IsValid() {
-		fmt.Fprintf(&b, "%s=%s\n", EnvIPv6Network, e.IPv6Network)
-	}
-	if e.IPv6Subnet.IsValid() {
-		fmt.Fprintf(&b, "%s=%s\n", EnvIPv6Subnet, e.IPv6Subnet)
-	}
-	if e.MTU > 0 {
-		fmt.Fprintf(&b, "%s=%d\n", EnvMTU, e.MTU)
-	}
-	fmt.Fprintf(&b, "%s=%v\n", EnvIPMasq, e.IPMasq)
-	keys := make([]string, 0, len(e.Extra))
-	for k := range e.Extra {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v := e.Extra[k]
-		if strings.ContainsAny(v, " #'\"\\\t") || v == "" {
-			v = strconv.Quote(v)
-		}
-		fmt.Fprintf(&b, "%s=%s\n", k, v)
-	}
-	return b.Bytes()
-}
+func (e *SubnetEnv) Render() []byte { return (*subnetenv.Env)(e).Render() }
 
 // Lease returns the subnets the file names (FLANNEL_SUBNET with host bits cleared).
 func (e *SubnetEnv) Lease() SubnetKey {
@@ -220,12 +92,7 @@ func (e *SubnetEnv) Lease() SubnetKey {
 
 // gateway returns subnet's first address with subnet's length, as flanneld
 // writes FLANNEL_SUBNET.
-func gateway(p netip.Prefix) netip.Prefix {
-	if !p.IsValid() {
-		return netip.Prefix{}
-	}
-	return netip.PrefixFrom(p.Masked().Addr().Next(), p.Bits())
-}
+func gateway(p netip.Prefix) netip.Prefix { return subnetenv.Gateway(p) }
 
 // NewSubnetEnv returns what flanneld writes for a node holding subnet k under
 // config c, with the backend's MTU and flanneld's --ip-masq.

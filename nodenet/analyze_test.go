@@ -1,0 +1,286 @@
+package nodenet
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cidrshift/cidrshift/cidr"
+)
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func mustWant(t *testing.T, w Want) Want {
+	t.Helper()
+	w, err := w.normalize()
+	require.NoError(t, err)
+	return w
+}
+
+func rule(table, chain, spec string) Rule {
+	_, words, _, err := parseRuleLine("-A " + chain + " " + spec)
+	if err != nil {
+		panic(err)
+	}
+	return Rule{Table: table, Chain: chain, Spec: words}
+}
+
+func baseSnapshot() *snapshot {
+	return &snapshot{iptables: IPTablesNFT, envFile: "/run/flannel/subnet.env",
+		envData: []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\n"),
+		cniFile: "/etc/cni/net.d/10-flannel.conflist", cni: &CNIConfig{Name: "cbr0", Plugin: "flannel", Bridge: "cni0", IPAM: "host-local"},
+		resDir: "/var/lib/cni/networks/cbr0", chains: map[string][]Rule{},
+		bridge: &linkState{name: "cni0", addrs: []netip.Prefix{pfx("10.244.9.1/24")}}}
+}
+
+func codeList(r *Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, string(f.Code))
+	}
+	return out
+}
+
+// TestAnalyzeUnknownPods: without the complete list of live pods no
+// reservation is released and the old gateway is never taken away.
+func TestAnalyzeUnknownPods(t *testing.T) {
+	s := baseSnapshot()
+	s.bridge = &linkState{name: "cni0", addrs: []netip.Prefix{pfx("10.244.3.1/24")}}
+	s.reservations = []reservation{{path: "/var/lib/cni/networks/cbr0/10.244.3.7", ip: addr("10.244.3.7"), containerID: "c1"}}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW})
+	r := analyze(w, s)
+	assert.Equal(t, []string{"bridge-address", "reservation-unknown"}, codeList(r))
+	p, err := NewPlan(r)
+	require.NoError(t, err)
+	require.Len(t, p.Actions, 1)
+	assert.Equal(t, ActionSetAddress, p.Actions[0].Kind)
+	assert.Contains(t, p.Actions[0].Deferred, "LivePodsComplete is false")
+
+	w.LivePodsComplete = true
+	r = analyze(w, s)
+	assert.Equal(t, []string{"bridge-address", "reservation-leaked"}, codeList(r))
+	p, err = NewPlan(r)
+	require.NoError(t, err)
+	require.Len(t, p.Actions, 2)
+	assert.Equal(t, ActionReleaseReservation, p.Actions[0].Kind, "leaked reservations go before the bridge moves")
+	for _, a := range p.Actions {
+		assert.Empty(t, a.Deferred)
+	}
+}
+
+// TestAnalyzeRulesNetworkChange: rules naming the old network and the old
+// node subnet are rewritten to the new ones; a rule naming an old address
+// nodenet cannot map is reported for a person; other masquerades (Docker's)
+// and non-masquerade POSTROUTING rules are left alone; nodenet's own keep
+// rules are only deleted.
+func TestAnalyzeRulesNetworkChange(t *testing.T) {
+	s := baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=172.7.0.0/16\nFLANNEL_SUBNET=172.7.5.1/24\n")
+	s.bridge.addrs = []netip.Prefix{pfx("10.20.5.1/24")}
+	s.chains[chainKey(tableNAT, chainPostrouting)] = []Rule{
+		rule(tableNAT, chainPostrouting, "-s 172.17.0.0/16 ! -o docker0 -j MASQUERADE"),
+		rule(tableNAT, chainPostrouting, "-s 172.7.5.0/24 ! -d 172.7.0.0/16 -j MASQUERADE"),
+		rule(tableNAT, chainPostrouting, "-s 172.7.0.0/16 -d 172.7.0.0/16 -j RETURN"),
+		rule(tableNAT, chainPostrouting, "-s 172.7.99.7/32 -j SNAT --to-source 192.0.2.1"),
+	}
+	s.chains[chainKey(tableNAT, ChainFlannelPostrouting)] = []Rule{
+		rule(tableNAT, ChainFlannelPostrouting, `-s 172.7.5.0/24 -d 10.20.0.0/16 -m comment --comment "`+keepComment+`" -j RETURN`),
+		rule(tableNAT, ChainFlannelPostrouting, `-s 172.7.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully`),
+	}
+	s.chains[chainKey(tableFilter, ChainFlannelForward)] = []Rule{
+		rule(tableFilter, ChainFlannelForward, `-s 10.20.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT`),
+		rule(tableFilter, ChainFlannelForward, `-s 172.7.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT`),
+	}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.20.5.0/24"), Network: pfx("10.20.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
+	r := analyze(w, s)
+	assert.Equal(t, []netip.Prefix{pfx("172.7.5.0/24")}, r.OldPodCIDRs)
+	assert.Equal(t, []netip.Prefix{pfx("172.7.0.0/16")}, r.OldNetworks)
+	byObj := map[string]Finding{}
+	for _, f := range r.Findings {
+		if f.Code == CodeRuleStale {
+			byObj[f.Object] = f
+		}
+	}
+	require.Len(t, byObj, 5, "%v", r.Findings)
+	f := byObj["rule nat POSTROUTING #2"]
+	require.Len(t, f.Fix, 2)
+	assert.Equal(t, ActionInsertRule, f.Fix[0].Kind)
+	assert.Equal(t, "-s 10.20.5.0/24 ! -d 10.20.0.0/16 -j MASQUERADE", joinSpec(f.Fix[0].Rule.Spec))
+	assert.Equal(t, "-s 172.7.5.0/24 ! -d 172.7.0.0/16 -j MASQUERADE", joinSpec(f.Fix[0].Anchor))
+	assert.Equal(t, []netip.Prefix{pfx("172.7.5.0/24"), pfx("172.7.0.0/16")}, f.Fix[1].Retires)
+	f = byObj["rule nat POSTROUTING #4"]
+	assert.Empty(t, f.Fix)
+	assert.Contains(t, f.Message, "rewrite it by hand")
+	f = byObj["rule nat FLANNEL-POSTRTG #1"]
+	require.Len(t, f.Fix, 1)
+	assert.Equal(t, ActionDeleteRule, f.Fix[0].Kind)
+	f = byObj["rule filter FLANNEL-FWD #2"]
+	require.Len(t, f.Fix, 1, "the rewrite is already the first rule")
+	assert.Equal(t, ActionDeleteRule, f.Fix[0].Kind)
+	assert.Contains(t, byObj, "rule nat FLANNEL-POSTRTG #2")
+
+	p, err := NewPlan(r)
+	require.NoError(t, err)
+	var kinds []string
+	for _, a := range p.Actions {
+		kinds = append(kinds, string(a.Kind))
+	}
+	assert.Equal(t, "write-subnet-env insert-rule insert-rule delete-rule delete-rule delete-rule delete-rule", strings.Join(kinds, " "))
+}
+
+// TestAnalyzeRoutes: stale routes are only judged when the peers are
+// complete; the node's own old segment (the old gateway kept beside the
+// bridge) is never a peer route; routes outside the pod network are ignored.
+func TestAnalyzeRoutes(t *testing.T) {
+	s := baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\n")
+	s.vtep = &linkState{name: "flannel.1", addrs: []netip.Prefix{pfx("10.244.9.0/32")}}
+	s.routes = []Route{
+		{Dst: pfx("10.244.3.0/24"), Dev: "oldgw0"},
+		{Dst: pfx("10.244.7.0/24"), Gw: addr("10.244.7.0"), Dev: "flannel.1", Onlink: true},
+		{Dst: pfx("10.244.5.0/24"), Gw: addr("10.244.5.0"), Dev: "flannel.1", Onlink: true},
+		{Dst: pfx("0.0.0.0/0"), Gw: addr("192.0.2.1"), Dev: "eth0"},
+		{Dst: pfx("10.96.0.0/12"), Dev: "kube-ipvs0"},
+	}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"),
+		Peers: []Peer{{Name: "n2", PodCIDR: pfx("10.244.5.0/24")}}})
+	r := analyze(w, s)
+	assert.Equal(t, []string{"subnet-env-subnet"}, codeList(r))
+	w.PeersComplete = true
+	r = analyze(w, s)
+	assert.Equal(t, []string{"subnet-env-subnet", "route-stale"}, codeList(r))
+	assert.Equal(t, "route 10.244.7.0/24", r.Findings[1].Object)
+}
+
+// TestAnalyzeSubnetEnv: a missing or unreadable subnet.env is an error with
+// no fix (flanneld writes it); a subnet with host bits other than the first
+// address is a warning.
+func TestAnalyzeSubnetEnv(t *testing.T) {
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW})
+	for _, tc := range []struct {
+		data    string
+		missing bool
+		code    Code
+		sev     cidr.Severity
+		fix     bool
+	}{
+		{"", true, CodeSubnetEnvMissing, cidr.SeverityError, false},
+		{"FLANNEL_SUBNET=nope\n", false, CodeSubnetEnvInvalid, cidr.SeverityError, false},
+		{"FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.7/24\n", false, CodeSubnetEnvSubnet, cidr.SeverityWarning, true},
+		{"FLANNEL_NETWORK=10.0.0.0/8\nFLANNEL_SUBNET=10.244.9.1/24\n", false, CodeSubnetEnvNetwork, cidr.SeverityError, true},
+	} {
+		s := baseSnapshot()
+		s.envData, s.envMissing = []byte(tc.data), tc.missing
+		r := analyze(w, s)
+		require.Len(t, r.Findings, 1, "%q: %v", tc.data, r.Findings)
+		assert.Equal(t, tc.code, r.Findings[0].Code)
+		assert.Equal(t, tc.sev, r.Findings[0].Severity)
+		assert.Equal(t, tc.fix, len(r.Findings[0].Fix) == 1)
+	}
+}
+
+// validPlan is a plan with one action of each kind, in order.
+func validPlan() *Plan {
+	return &Plan{APIVersion: PlanAPIVersion, Kind: PlanKind, Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"),
+		Bridge: "cni0", VTEP: "flannel.1", ReservationDir: "/var/lib/cni/networks/cbr0", SubnetEnvFile: "/run/flannel/subnet.env",
+		OldPodCIDRs: []netip.Prefix{pfx("10.244.3.0/24")}, LivePodsComplete: true,
+		Actions: []Action{
+			{Kind: ActionWriteSubnetEnv, Path: "/run/flannel/subnet.env", Env: &EnvChange{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.244.9.1/24")}},
+			{Kind: ActionSetMAC, Link: "flannel.1", MAC: "6e:00:00:00:09:00"},
+			{Kind: ActionSetAddress, Link: "flannel.1", Add: pfx("10.244.9.0/32"), Remove: []netip.Prefix{pfx("10.244.3.0/32")}},
+			{Kind: ActionSetRoute, Route: &Route{Dst: pfx("10.244.5.0/24"), Gw: addr("10.244.5.0"), Dev: "flannel.1", Onlink: true}},
+			{Kind: ActionInsertRule, Rule: &Rule{Table: tableNAT, Chain: chainPostrouting, Spec: []string{"-s", "10.244.9.0/24", "-j", "MASQUERADE"}}},
+			{Kind: ActionReleaseReservation, Path: "/var/lib/cni/networks/cbr0/10.244.3.3", IP: addr("10.244.3.3"), ContainerID: "c"},
+			{Kind: ActionDeleteRule, Retires: []netip.Prefix{pfx("10.244.3.0/24")}, Rule: &Rule{Table: tableNAT, Chain: chainPostrouting, Spec: []string{"-s", "10.244.3.0/24", "-j", "MASQUERADE"}}},
+			{Kind: ActionDeleteRoute, Route: &Route{Dst: pfx("10.244.7.0/24"), Gw: addr("10.244.7.0"), Dev: "flannel.1"}},
+			{Kind: ActionSetAddress, Link: "cni0", Add: pfx("10.244.9.1/24"), Remove: []netip.Prefix{pfx("10.244.3.1/24")}, Retires: []netip.Prefix{pfx("10.244.3.0/24")}},
+		}}
+}
+
+// TestPlanValidate: a plan is untrusted input; every edit that would make
+// Apply do something no audit asks for is refused, naming the field.
+func TestPlanValidate(t *testing.T) {
+	require.NoError(t, validPlan().Validate())
+	y, err := validPlan().YAML()
+	require.NoError(t, err)
+	back, err := DecodePlan(y)
+	require.NoError(t, err)
+	assert.Equal(t, validPlan(), back)
+	_, err = DecodePlan(append(y, []byte("surprise: 1\n")...))
+	assert.ErrorIs(t, err, ErrInvalidPlan)
+
+	for _, tc := range []struct {
+		name, field string
+		edit        func(p *Plan)
+	}{
+		{"kind", "plan.apiVersion/kind", func(p *Plan) { p.Kind = "Other" }},
+		{"node", "plan.node", func(p *Plan) { p.Node = "" }},
+		{"podCIDR", "plan.podCIDR", func(p *Plan) { p.PodCIDR = pfx("10.244.9.0/31") }},
+		{"unknown action", "plan.actions[0].kind", func(p *Plan) { p.Actions[0].Kind = "exec" }},
+		{"order", "plan.actions[1].kind", func(p *Plan) { p.Actions[0], p.Actions[8] = p.Actions[8], p.Actions[0] }},
+		{"subnet.env elsewhere", "plan.actions[0].path", func(p *Plan) { p.Actions[0].Path = "/etc/passwd" }},
+		{"subnet.env subnet", "plan.actions[0].env.subnet", func(p *Plan) { p.Actions[0].Env.Subnet = pfx("10.244.3.1/24") }},
+		{"mac on bridge", "plan.actions[1].link", func(p *Plan) { p.Actions[1].Link = "cni0" }},
+		{"vtep address", "plan.actions[2].add", func(p *Plan) { p.Actions[2].Add = pfx("10.244.3.0/32") }},
+		{"address on eth0", "plan.actions[2].link", func(p *Plan) { p.Actions[2].Link = "eth0" }},
+		{"route into podCIDR", "plan.actions[3].route.dst", func(p *Plan) { p.Actions[3].Route.Dst = pfx("10.244.9.0/25") }},
+		{"route without next hop", "plan.actions[3].route.gw", func(p *Plan) { p.Actions[3].Route.Gw = netip.Addr{} }},
+		{"rule elsewhere", "plan.actions[4].rule", func(p *Plan) { p.Actions[4].Rule.Chain = "INPUT" }},
+		{"rule command", "plan.actions[4].rule.spec", func(p *Plan) { p.Actions[4].Rule.Spec = []string{"-t", "filter", "-j", "DROP"} }},
+		{"reservation inside", "plan.actions[5].ip", func(p *Plan) { p.Actions[5].IP = addr("10.244.9.3") }},
+		{"reservation path", "plan.actions[5].path", func(p *Plan) { p.Actions[5].Path = "/var/lib/cni/networks/cbr0/../../x" }},
+		{"delete unrelated rule", "plan.actions[6].rule.spec", func(p *Plan) { p.Actions[6].Rule.Spec = []string{"-s", "172.17.0.0/16", "-j", "MASQUERADE"} }},
+		{"retire the podCIDR", "plan.actions[6].retires[0]", func(p *Plan) { p.Actions[6].Retires = []netip.Prefix{pfx("10.244.9.0/24")} }},
+		{"bridge address", "plan.actions[8].add", func(p *Plan) { p.Actions[8].Add = pfx("10.244.9.5/24") }},
+		{"bridge without retires", "plan.actions[0].remove[0]", func(p *Plan) { p.Actions = p.Actions[8:]; p.Actions[0].Retires = nil }},
+		{"retire multicast", "plan.actions[6].retires[0]", func(p *Plan) {
+			p.Actions[6].Retires = []netip.Prefix{pfx("224.0.0.0/4")}
+			p.Actions[6].Rule.Spec = []string{"-s", "10.244.0.0/16", "!", "-d", "224.0.0.0/4", "-j", "MASQUERADE"}
+		}},
+		{"old range overlaps", "plan.oldPodCIDRs[0]", func(p *Plan) { p.OldPodCIDRs = []netip.Prefix{pfx("10.244.8.0/23")} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := validPlan()
+			tc.edit(p)
+			err := p.Validate()
+			require.ErrorIs(t, err, ErrInvalidPlan)
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, tc.field, fe.Field, "%v", err)
+		})
+	}
+}
+
+// TestNewPlanDeferral: actions that take away a range a live pod uses are
+// deferred; the same fix reported by two findings runs once.
+func TestNewPlanDeferral(t *testing.T) {
+	fix := Action{Kind: ActionWriteSubnetEnv, Object: "file /run/flannel/subnet.env", Path: "/run/flannel/subnet.env", Why: "w",
+		Env: &EnvChange{Network: pfx("10.244.0.0/16"), Subnet: pfx("10.244.9.1/24")}}
+	bridge := Action{Kind: ActionSetAddress, Object: "link cni0", Link: "cni0", Add: pfx("10.244.9.1/24"),
+		Remove: []netip.Prefix{pfx("10.244.3.1/24")}, Retires: []netip.Prefix{pfx("10.244.3.0/24")}}
+	r := &Report{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Bridge: "cni0", OldPodCIDRs: []netip.Prefix{pfx("10.244.3.0/24")},
+		ReservationDir: "/var/lib/cni/networks/cbr0", SubnetEnvFile: "/run/flannel/subnet.env", LivePodsComplete: true,
+		LivePods: []Pod{{Name: "a/new", IP: addr("10.244.9.4")}, {Name: "a/old", IP: addr("10.244.3.4")}},
+		Findings: []Finding{{Fix: []Action{bridge}}, {Fix: []Action{fix}}, {Fix: []Action{fix}}}}
+	p, err := NewPlan(r)
+	require.NoError(t, err)
+	require.Len(t, p.Actions, 2)
+	assert.Equal(t, ActionWriteSubnetEnv, p.Actions[0].Kind)
+	assert.Contains(t, p.Actions[1].Deferred, "a/old")
+	assert.NotContains(t, p.Actions[1].Deferred, "a/new", "a pod in the new range does not hold the old one")
+
+	r.LivePods = r.LivePods[:1]
+	p, err = NewPlan(r)
+	require.NoError(t, err)
+	assert.Empty(t, p.Actions[1].Deferred)
+	assert.Contains(t, p.deferral(&p.Actions[1], []Pod{{IP: addr("10.244.3.9")}}), "10.244.3.9", "Apply's fresh pods count too")
+	stripped := p.Actions[1]
+	stripped.Retires = nil
+	assert.Contains(t, p.deferral(&stripped, []Pod{{IP: addr("10.244.3.9")}}), "10.244.3.9", "the removed address counts even without retires")
+
+	_, err = NewPlan(nil)
+	assert.ErrorIs(t, err, ErrInvalidInput)
+}

@@ -1,0 +1,418 @@
+//go:build linux
+
+package nodenet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
+
+	"github.com/cidrshift/cidrshift/internal/subnetenv"
+)
+
+// Apply carries out a plan on the node want describes. Before the first
+// change it checks want, opts and the plan (Plan.Validate), that the plan is
+// for this node (ErrWrongNode) and for want's podCIDR, network and host
+// layout (ErrStalePlan), and that the host is usable (RunFlannelDir,
+// NetNS, iptables); any failure changes nothing.
+//
+// Actions run in the plan's order. Each first reads the current state, so a
+// run killed at any point is resumed by running the same plan again, and a
+// finished plan changes nothing. An action that takes away a range a live pod
+// (the plan's or opts.LivePods) still uses is deferred; a reservation a live
+// pod holds is never released; a rule is rewritten by inserting its new form
+// just before it and deleting the old one (deferred while pods use the old
+// range), never by deleting first. Apply stops at the first failing action.
+func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Result, error) {
+	w, err := want.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPods("ApplyOptions.LivePods", opts.LivePods); err != nil {
+		return nil, err
+	}
+	if plan == nil {
+		return nil, fieldErr(ErrInvalidPlan, "plan", "", "is nil")
+	}
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	if plan.Node != w.Node {
+		return nil, fieldErr(ErrWrongNode, "plan.node", plan.Node, "this is node %q; a plan is only applied on the node it was made for", w.Node)
+	}
+	if plan.PodCIDR != w.PodCIDR || plan.Network != w.Network {
+		return nil, fieldErr(ErrStalePlan, "plan.podCIDR/network", plan.PodCIDR.String()+" "+prefixString(plan.Network),
+			"the want says podCIDR %s network %s; audit and plan again", w.PodCIDR, prefixString(w.Network))
+	}
+	if !opts.DryRun {
+		status, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			return nil, fmt.Errorf("nodenet: read the process's capabilities: %w", err)
+		}
+		if !hasNetAdmin(status) {
+			return nil, fmt.Errorf("nodenet: %w: Apply changes links, routes and iptables rules and needs CAP_NET_ADMIN (a DaemonSet: securityContext.capabilities.add NET_ADMIN); nothing was changed", ErrNoPrivilege)
+		}
+	}
+	h, err := openHost(w)
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+	_, cni, _, err := readCNI(w.CNIConfDir)
+	if err != nil {
+		return nil, err
+	}
+	bridge, resDir := layout(w, cni)
+	vtep := ""
+	if w.Backend == BackendVXLAN {
+		vtep = w.VTEP
+	}
+	for _, c := range []struct{ field, plan, want string }{
+		{"plan.bridge", plan.Bridge, bridge}, {"plan.vtep", plan.VTEP, vtep},
+		{"plan.reservationDir", plan.ReservationDir, resDir},
+		{"plan.subnetEnvFile", plan.SubnetEnvFile, filepath.Join(w.RunFlannelDir, "subnet.env")},
+	} {
+		if c.plan != c.want {
+			return nil, fieldErr(ErrStalePlan, c.field, c.plan, "the want's host layout gives %q; audit and plan again", c.want)
+		}
+	}
+
+	log := logr.FromContextOrDiscard(ctx).WithValues("node", w.Node)
+	pods := slices.Concat(plan.LivePods, opts.LivePods)
+	res := &Result{Node: w.Node, Outcomes: []Outcome{}}
+	for i := range plan.Actions {
+		a := &plan.Actions[i]
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("nodenet: node %s: stopped before action %d: %w", w.Node, i, err)
+		}
+		o := Outcome{Index: i, Kind: a.Kind, Object: a.Object}
+		var aerr error
+		switch d := a.Deferred; {
+		case d != "":
+			o.Status, o.Detail = StatusDeferred, d
+		default:
+			if d = plan.deferral(a, opts.LivePods); d != "" {
+				o.Status, o.Detail = StatusDeferred, d
+			} else if opts.DryRun {
+				o.Status, o.Detail = StatusDryRun, a.Why
+			} else {
+				o.Status, o.Detail, aerr = h.do(a, pods)
+			}
+		}
+		res.Outcomes = append(res.Outcomes, o)
+		log.Info("nodenet action", "index", i, "kind", a.Kind, "object", a.Object, "status", o.Status, "detail", o.Detail)
+		if opts.OnEvent != nil {
+			opts.OnEvent(o)
+		}
+		if aerr != nil {
+			return res, fmt.Errorf("nodenet: node %s: action %d (%s %s): %w", w.Node, i, a.Kind, a.Object, aerr)
+		}
+	}
+	return res, nil
+}
+
+// do runs one action after checking the current state.
+func (h *host) do(a *Action, pods []Pod) (Status, string, error) {
+	switch a.Kind {
+	case ActionWriteSubnetEnv:
+		return writeSubnetEnv(a)
+	case ActionSetMAC:
+		return h.setMAC(a)
+	case ActionSetAddress:
+		return h.setAddress(a)
+	case ActionSetRoute:
+		return h.setRoute(a)
+	case ActionDeleteRoute:
+		return h.deleteRoute(a)
+	case ActionInsertRule:
+		return h.insertRule(a)
+	case ActionDeleteRule:
+		return h.deleteRule(a)
+	case ActionReleaseReservation:
+		return releaseReservation(a, pods)
+	}
+	return "", "", fmt.Errorf("unknown action kind %q", a.Kind)
+}
+
+func writeSubnetEnv(a *Action) (Status, string, error) {
+	fi, err := os.Stat(a.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return StatusSkipped, "the file is gone; flanneld writes it when it starts", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	data, err := readFile(a.Path)
+	if err != nil {
+		return "", "", err
+	}
+	env, err := subnetenv.Parse(data)
+	if err != nil {
+		return StatusSkipped, fmt.Sprintf("the file cannot be read any more: %v", err), nil
+	}
+	c := a.Env
+	if env.Subnet == c.Subnet && (!c.Network.IsValid() || env.Network == c.Network) {
+		return StatusUnchanged, "", nil
+	}
+	if env.Subnet != c.FromSubnet || env.Network != c.FromNetwork {
+		return StatusSkipped, fmt.Sprintf("changed since planning (%s=%s %s=%s; flanneld rewrote it?)",
+			subnetenv.Network, prefixString(env.Network), subnetenv.Subnet, prefixString(env.Subnet)), nil
+	}
+	env.Subnet, env.Network = c.Subnet, c.Network
+	if err := writeAtomic(a.Path, env.Render(), fi.Mode().Perm()); err != nil {
+		return "", "", err
+	}
+	return StatusDone, a.Why, nil
+}
+
+// writeAtomic replaces path by data: a synced temporary file renamed over it,
+// then the directory synced, so a reader sees the old or the new file.
+func writeAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (h *host) setMAC(a *Action) (Status, string, error) {
+	l, err := h.link(a.Link)
+	if err != nil || l == nil {
+		return StatusSkipped, "the link is gone", err
+	}
+	cur := l.Attrs().HardwareAddr.String()
+	if cur == a.MAC {
+		return StatusUnchanged, "", nil
+	}
+	if cur != a.OldMAC {
+		return StatusSkipped, "its MAC changed since planning, to " + cur, nil
+	}
+	mac, _ := net.ParseMAC(a.MAC) // Validate checked it
+	if err := h.nl.LinkSetHardwareAddr(l, mac); err != nil {
+		return "", "", err
+	}
+	return StatusDone, a.Why, nil
+}
+
+func (h *host) setAddress(a *Action) (Status, string, error) {
+	l, err := h.link(a.Link)
+	if err != nil || l == nil {
+		return StatusSkipped, "the link is gone", err
+	}
+	cur, err := h.addrs(l)
+	if err != nil {
+		return "", "", err
+	}
+	var remove []netip.Prefix
+	for _, r := range a.Remove {
+		if slices.Contains(cur, r) {
+			remove = append(remove, r)
+		}
+	}
+	add := !slices.Contains(cur, a.Add)
+	if !add && len(remove) == 0 {
+		return StatusUnchanged, "", nil
+	}
+	// Add before removing (make before break), unless an old address shares
+	// the new one's subnet: deleting a primary address deletes its
+	// secondaries, so it goes first then.
+	first := slices.ContainsFunc(remove, func(r netip.Prefix) bool { return r.Overlaps(a.Add) })
+	del := func() error {
+		for _, r := range remove {
+			if err := h.nl.AddrDel(l, &netlink.Addr{IPNet: toIPNet(r)}); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+				return fmt.Errorf("delete %s from %s: %w", r, a.Link, err)
+			}
+		}
+		return nil
+	}
+	if first {
+		if err := del(); err != nil {
+			return "", "", err
+		}
+	}
+	if add {
+		if err := h.nl.AddrAdd(l, &netlink.Addr{IPNet: toIPNet(a.Add)}); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return "", "", fmt.Errorf("add %s to %s: %w", a.Add, a.Link, err)
+		}
+	}
+	if !first {
+		if err := del(); err != nil {
+			return "", "", err
+		}
+	}
+	return StatusDone, a.Why, nil
+}
+
+// findRoute returns the listed route equal to rt (destination, next hop,
+// device and metric).
+func (h *host) findRoute(rt Route) (*netlink.Route, error) {
+	routes, raw, err := h.routes()
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range routes {
+		if r.Dst == rt.Dst && r.Gw == rt.Gw && (rt.Dev == "" || r.Dev == rt.Dev) && r.Metric == rt.Metric {
+			return &raw[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (h *host) setRoute(a *Action) (Status, string, error) {
+	rt := *a.Route
+	if found, err := h.findRoute(rt); err != nil || found != nil {
+		return StatusUnchanged, "", err
+	}
+	nr := &netlink.Route{Dst: toIPNet(rt.Dst), Gw: rt.Gw.AsSlice(), Priority: rt.Metric, Table: syscall.RT_TABLE_MAIN}
+	if rt.Onlink {
+		nr.Flags = int(netlink.FLAG_ONLINK)
+	}
+	if rt.Dev != "" {
+		l, err := h.link(rt.Dev)
+		if err != nil || l == nil {
+			return StatusSkipped, "the link " + rt.Dev + " is gone", err
+		}
+		nr.LinkIndex = l.Attrs().Index
+	}
+	if err := h.nl.RouteReplace(nr); err != nil {
+		return "", "", fmt.Errorf("route replace %s: %w", rt, err)
+	}
+	return StatusDone, a.Why, nil
+}
+
+func (h *host) deleteRoute(a *Action) (Status, string, error) {
+	found, err := h.findRoute(*a.Route)
+	if err != nil || found == nil {
+		return StatusUnchanged, "", err
+	}
+	if err := h.nl.RouteDel(found); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return "", "", fmt.Errorf("route delete %s: %w", a.Route, err)
+	}
+	return StatusDone, a.Why, nil
+}
+
+func (h *host) insertRule(a *Action) (st Status, detail string, err error) {
+	r := a.Rule
+	err = h.inNS(func() error {
+		rules, ok, err := h.listChain(r.Table, r.Chain)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			st, detail = StatusSkipped, "the chain is gone"
+			return nil
+		}
+		if exists, err := h.ipt.Exists(r.Table, r.Chain, r.Spec...); err != nil || exists {
+			st = StatusUnchanged
+			return wrapIPT(err, "check", r.Table, r.Chain)
+		}
+		pos := 1
+		if len(a.Anchor) > 0 {
+			if pos = ruleIndex(rules, a.Anchor); pos == 0 {
+				st, detail = StatusSkipped, "the rule it replaces is gone"
+				return nil
+			}
+		}
+		if err := h.ipt.Insert(r.Table, r.Chain, pos, r.Spec...); err != nil {
+			return wrapIPT(err, "insert", r.Table, r.Chain)
+		}
+		st, detail = StatusDone, fmt.Sprintf("%s (at #%d)", a.Why, pos)
+		return nil
+	})
+	return st, detail, err
+}
+
+func (h *host) deleteRule(a *Action) (st Status, detail string, err error) {
+	r := a.Rule
+	err = h.inNS(func() error {
+		if ok, err := h.ipt.ChainExists(r.Table, r.Chain); err != nil || !ok {
+			st = StatusUnchanged
+			return wrapIPT(err, "check chain", r.Table, r.Chain)
+		}
+		exists, err := h.ipt.Exists(r.Table, r.Chain, r.Spec...)
+		if err != nil || !exists {
+			st = StatusUnchanged
+			return wrapIPT(err, "check", r.Table, r.Chain)
+		}
+		if err := h.ipt.Delete(r.Table, r.Chain, r.Spec...); err != nil {
+			return wrapIPT(err, "delete", r.Table, r.Chain)
+		}
+		st, detail = StatusDone, a.Why
+		return nil
+	})
+	return st, detail, err
+}
+
+// releaseReservation removes a leaked reservation file under host-local's
+// lock (flock on <dir>/lock), after reading it again: a file now held by
+// another container, or by a live pod, is kept.
+func releaseReservation(a *Action, pods []Pod) (Status, string, error) {
+	dir := filepath.Dir(a.Path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return StatusUnchanged, "", nil
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", "", fmt.Errorf("open host-local's lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", "", fmt.Errorf("lock host-local's directory: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing the file unlocks too
+	data, err := readFile(a.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return StatusUnchanged, "", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	owner := reservationOwner(data)
+	if owner != a.ContainerID {
+		return StatusSkipped, fmt.Sprintf("now reserved by container %q, not %q", owner, a.ContainerID), nil
+	}
+	for _, p := range pods {
+		if p.IP == a.IP || (p.ContainerID != "" && p.ContainerID == owner) {
+			return StatusSkipped, "held by live pod " + p.String(), nil
+		}
+	}
+	if err := os.Remove(a.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", "", err
+	}
+	return StatusDone, a.Why, nil
+}

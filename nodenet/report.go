@@ -1,0 +1,181 @@
+package nodenet
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/cidrshift/cidrshift/cidr"
+)
+
+// Code names what an audit found.
+type Code string
+
+// The finding codes.
+const (
+	// CodeBridgeAddress: the bridge holds an address other than the gateway
+	// of the node's podCIDR; the bridge plugin refuses new pods with
+	// `failed to set bridge addr: "cni0" already has an IP address different from ...`.
+	CodeBridgeAddress Code = "bridge-address"
+	// CodeBridgeMissing: no bridge yet; the bridge plugin creates it, with
+	// the gateway address, for the first pod. Informational.
+	CodeBridgeMissing Code = "bridge-missing"
+	// CodeVTEPMissing: the vxlan device is missing; flanneld creates it when it
+	// starts. Nothing nodenet can do.
+	CodeVTEPMissing Code = "vtep-missing"
+	// CodeVTEPAddress: the vxlan device's address is not the podCIDR's
+	// network address /32.
+	CodeVTEPAddress Code = "vtep-address"
+	// CodeVTEPMAC: the vxlan device's MAC is not the one the node announces,
+	// so other nodes' packets for it are dropped.
+	CodeVTEPMAC Code = "vtep-mac"
+	// CodeRouteMissing: no route to a peer's subnet (or to an old subnet its
+	// pods still hold).
+	CodeRouteMissing Code = "route-missing"
+	// CodeRouteWrong: the route to a peer's subnet leads elsewhere.
+	CodeRouteWrong Code = "route-wrong"
+	// CodeRouteStale: a route into the pod network leads to a subnet no node
+	// holds.
+	CodeRouteStale Code = "route-stale"
+	// CodeRouteDuplicate: several routes to the same subnet.
+	CodeRouteDuplicate Code = "route-duplicate"
+	// CodeReservationLeaked: a host-local reservation outside the podCIDR that
+	// no live pod holds.
+	CodeReservationLeaked Code = "reservation-leaked"
+	// CodeReservationLive: a host-local reservation outside the podCIDR held
+	// by a live pod; it goes when the pod is recreated. A warning.
+	CodeReservationLive Code = "reservation-live"
+	// CodeReservationUnknown: a reservation outside the podCIDR whose owner
+	// cannot be told (Want.LivePodsComplete is false). A warning.
+	CodeReservationUnknown Code = "reservation-unknown"
+	// CodeSubnetEnvMissing: RunFlannelDir has no subnet.env; flanneld writes it
+	// when it starts. Nothing nodenet can do.
+	CodeSubnetEnvMissing Code = "subnet-env-missing"
+	// CodeSubnetEnvInvalid: subnet.env cannot be read.
+	CodeSubnetEnvInvalid Code = "subnet-env-invalid"
+	// CodeSubnetEnvSubnet: FLANNEL_SUBNET is not the node's podCIDR (an error)
+	// or not its first address (a warning).
+	CodeSubnetEnvSubnet Code = "subnet-env-subnet"
+	// CodeSubnetEnvNetwork: FLANNEL_NETWORK is not the Network.
+	CodeSubnetEnvNetwork Code = "subnet-env-network"
+	// CodeRuleStale: a MASQUERADE rule in nat POSTROUTING, or a rule of
+	// FLANNEL-POSTRTG or FLANNEL-FWD, names an old range.
+	CodeRuleStale Code = "rule-stale"
+	// CodeMasqKeepMissing: live pods still hold old addresses but
+	// FLANNEL-POSTRTG has no RETURN rule for them, so flannel's MASQUERADE
+	// rewrites their source address.
+	CodeMasqKeepMissing Code = "masq-keep-missing"
+	// CodeCNIConfigMissing: CNIConfDir holds no CNI config; defaults are
+	// assumed. A warning.
+	CodeCNIConfigMissing Code = "cni-config-missing"
+	// CodeCNIConfigInvalid: a file in CNIConfDir cannot be read. A warning.
+	CodeCNIConfigInvalid Code = "cni-config-invalid"
+	// CodeCNIConfigRange: the CNI config's host-local range is not the
+	// podCIDR; new pods get addresses from the wrong range.
+	CodeCNIConfigRange Code = "cni-config-range"
+)
+
+// Finding is one thing an audit found, with the actions that fix it (none
+// when nodenet cannot: the message then says who can).
+type Finding struct {
+	Code     Code          `json:"code"`
+	Severity cidr.Severity `json:"severity"`
+	// Object names what the finding is about: "link cni0", "route
+	// 10.244.7.0/24", "rule nat FLANNEL-POSTRTG #3", "file <path>".
+	Object string `json:"object"`
+	// Message explains the finding and its consequence.
+	Message string `json:"message"`
+	// Fix are the actions that remove the finding.
+	Fix []Action `json:"fix,omitempty"`
+}
+
+// String renders "severity code object: message".
+func (f Finding) String() string {
+	return fmt.Sprintf("%s %s %s: %s", f.Severity, f.Code, f.Object, f.Message)
+}
+
+// Report is what Audit read and found on one node.
+type Report struct {
+	Node    string       `json:"node"`
+	PodCIDR netip.Prefix `json:"podCIDR"`
+	Network netip.Prefix `json:"network,omitzero"`
+	// Backend is the flannel backend audited for.
+	Backend string `json:"backend"`
+	// Bridge and VTEP are the device names used.
+	Bridge string `json:"bridge"`
+	VTEP   string `json:"vtep,omitempty"`
+	// IPTables is the iptables backend used (IPTablesNFT or IPTablesLegacy).
+	IPTables string `json:"iptables"`
+	// CNIConfigFile is the CNI config read; empty when there is none.
+	CNIConfigFile string `json:"cniConfigFile,omitempty"`
+	// ReservationDir is host-local's directory for the CNI network.
+	ReservationDir string `json:"reservationDir"`
+	// SubnetEnvFile is the subnet.env path.
+	SubnetEnvFile string `json:"subnetEnvFile"`
+	// OldPodCIDRs and OldNetworks are the old ranges: given in the Want or
+	// inferred from the bridge, subnet.env and the rules.
+	OldPodCIDRs []netip.Prefix `json:"oldPodCIDRs,omitempty"`
+	OldNetworks []netip.Prefix `json:"oldNetworks,omitempty"`
+	// LivePods and LivePodsComplete are the Want's, as audited with.
+	LivePods         []Pod     `json:"livePods,omitempty"`
+	LivePodsComplete bool      `json:"livePodsComplete"`
+	Findings         []Finding `json:"findings"`
+}
+
+// Errors returns the error-severity findings.
+func (r *Report) Errors() []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if f.Severity == cidr.SeverityError {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Route is an IPv4 route of the main table.
+type Route struct {
+	Dst netip.Prefix `json:"dst"`
+	// Gw is the next hop; zero for a device route.
+	Gw netip.Addr `json:"gw,omitzero"`
+	// Dev is the output device; empty lets the kernel choose (host-gw).
+	Dev string `json:"dev,omitempty"`
+	// Onlink marks a next hop that is not on any of the device's subnets
+	// (flannel's vxlan routes).
+	Onlink bool `json:"onlink,omitempty"`
+	// Metric is the route's priority.
+	Metric int `json:"metric,omitempty"`
+}
+
+// String renders the route the way `ip route` does.
+func (r Route) String() string {
+	var b strings.Builder
+	b.WriteString(r.Dst.String())
+	if r.Gw.IsValid() {
+		b.WriteString(" via " + r.Gw.String())
+	}
+	if r.Dev != "" {
+		b.WriteString(" dev " + r.Dev)
+	}
+	if r.Onlink {
+		b.WriteString(" onlink")
+	}
+	if r.Metric != 0 {
+		b.WriteString(" metric " + strconv.Itoa(r.Metric))
+	}
+	return b.String()
+}
+
+// Rule is one iptables rule: its table, chain and specification (the words
+// after "-A CHAIN" in `iptables -S`).
+type Rule struct {
+	Table string   `json:"table"`
+	Chain string   `json:"chain"`
+	Spec  []string `json:"spec"`
+}
+
+// String renders the rule as an iptables command line would take it.
+func (r Rule) String() string {
+	return "-t " + r.Table + " -A " + r.Chain + " " + joinSpec(r.Spec)
+}
