@@ -1,0 +1,498 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/cidrshift/cidrshift/internal/access"
+	"github.com/cidrshift/cidrshift/nodenet"
+)
+
+// The host-agent protocol. A runbook publishes what a node's host must hold
+// as the Node annotation HostWantAnnotation (a HostRequest: a generation and
+// a nodenet.Want). The agent on that node (examples/nodenet-agent, one per
+// node) audits its host, applies nodenet's plan, verifies, and reports a
+// HostStatus for that generation in the annotation HostStatusAnnotation of
+// its own Lease, AgentLeasePrefix+<node> in the agent's namespace. The Lease
+// is renewed while the agent runs: a Lease renewed recently is how a runbook
+// knows an agent is present. The agent needs to read Nodes and Pods and to
+// write Leases in its namespace, nothing else.
+const (
+	HostWantAnnotation   = "hostplan.cidrshift.io/want"
+	HostStatusAnnotation = "hostplan.cidrshift.io/status"
+	AgentLeasePrefix     = "cidrshift-agent-"
+	// DefaultAgentNamespace is where the agents' Leases live by default.
+	DefaultAgentNamespace = "kube-system"
+)
+
+// HostRequest is what a runbook asks of one node's host.
+type HostRequest struct {
+	// Generation increases with every new request for the node.
+	Generation int64 `json:"generation"`
+	// Want is the node's wanted pod network. Its host-side fields (file
+	// roots, NetNS, IPTablesBackend, LivePods) are the agent's to fill.
+	Want nodenet.Want `json:"want"`
+}
+
+// HostPhase is where an agent is with a request.
+type HostPhase string
+
+// The phases of a HostStatus.
+const (
+	// HostConverged: the host holds the wanted state; Verify passed.
+	HostConverged HostPhase = "converged"
+	// HostDeferred: everything is done except actions that would take an
+	// old range from pods still using it; the agent retries them until those
+	// pods are gone.
+	HostDeferred HostPhase = "deferred"
+	// HostFailed: the request could not be carried out; Error says why.
+	HostFailed HostPhase = "failed"
+)
+
+// HostStatus is an agent's report on one request.
+type HostStatus struct {
+	Generation int64     `json:"generation"`
+	Phase      HostPhase `json:"phase"`
+	// Actions are the outcomes of the last Apply, one line each.
+	Actions []string `json:"actions,omitempty"`
+	// Deferred are the actions waiting for pods to leave an old range.
+	Deferred []string `json:"deferred,omitempty"`
+	// Findings are what the last Verify still found.
+	Findings []string  `json:"findings,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// ErrHostAgent is matched by every failure an agent reported or a timeout
+// waiting for one.
+var ErrHostAgent = errors.New("host agent")
+
+// HostAgents is the runbook side of the protocol.
+type HostAgents struct {
+	// Kube writes the Node annotations and reads the Leases. Required.
+	Kube kubernetes.Interface
+	// Namespace of the agents' Leases (default DefaultAgentNamespace).
+	Namespace string
+	// Timeout bounds the wait for one node's report (default 2m);
+	// PollInterval is its period (default 1s).
+	Timeout, PollInterval time.Duration
+	// Fresh is how recently a Lease must have been renewed for its agent to
+	// count as present (default 40s).
+	Fresh time.Duration
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+func (h *HostAgents) defaults() {
+	if h.Namespace == "" {
+		h.Namespace = DefaultAgentNamespace
+	}
+	if h.Timeout <= 0 {
+		h.Timeout = 2 * time.Minute
+	}
+	if h.PollInterval <= 0 {
+		h.PollInterval = time.Second
+	}
+	if h.Fresh <= 0 {
+		h.Fresh = 40 * time.Second
+	}
+	if h.Now == nil {
+		h.Now = time.Now
+	}
+}
+
+// Present reports whether an agent serves node: its Lease was renewed
+// within Fresh.
+func (h *HostAgents) Present(ctx context.Context, node string) (bool, error) {
+	h.defaults()
+	l, err := h.Kube.CoordinationV1().Leases(h.Namespace).Get(ctx, AgentLeasePrefix+node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the host agent Lease %s/%s%s: %w", h.Namespace, AgentLeasePrefix, node, err)
+	}
+	if l.Spec.RenewTime == nil {
+		return false, nil
+	}
+	return h.Now().Sub(l.Spec.RenewTime.Time) <= h.Fresh, nil
+}
+
+// Apply publishes want for its node, unless the same want is published
+// already, and waits until the node's agent reports on it. It returns the
+// agent's status when it converged or deferred; a failed report or no
+// report within Timeout is an error (ErrHostAgent) that names the node.
+func (h *HostAgents) Apply(ctx context.Context, want nodenet.Want) (*HostStatus, error) {
+	h.defaults()
+	node, err := h.Kube.CoreV1().Nodes().Get(ctx, want.Node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", want.Node, err)
+	}
+	var cur HostRequest
+	if v, ok := node.Annotations[HostWantAnnotation]; ok {
+		if err := json.Unmarshal([]byte(v), &cur); err != nil {
+			cur = HostRequest{} // unreadable: replaced by a new request
+		}
+	}
+	gen := cur.Generation
+	if !sameWant(cur.Want, want) || gen == 0 {
+		gen++
+		req, err := json.Marshal(HostRequest{Generation: gen, Want: want})
+		if err != nil {
+			return nil, fmt.Errorf("encoding the host request of node %s: %w", want.Node, err)
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{HostWantAnnotation: string(req)}}})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := h.Kube.CoreV1().Nodes().Patch(ctx, want.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil, fmt.Errorf("node %s: publishing the host request: %w", want.Node, err)
+		}
+		logr.FromContextOrDiscard(ctx).V(1).Info("host request published", "node", want.Node, "generation", gen)
+	}
+	deadline := h.Now().Add(h.Timeout)
+	last := "no report"
+	for {
+		st, err := h.Status(ctx, want.Node)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case st == nil:
+			last = "no report"
+		case st.Generation != gen:
+			last = fmt.Sprintf("report for generation %d", st.Generation)
+		case st.Phase == HostFailed:
+			return st, fmt.Errorf("%w on node %s failed: %s", ErrHostAgent, want.Node, st.Error)
+		default:
+			return st, nil
+		}
+		if !h.Now().Before(deadline) {
+			return nil, fmt.Errorf("%w on node %s: no report on generation %d within %s (%s); is the agent running there?", ErrHostAgent, want.Node, gen, h.Timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(h.PollInterval):
+		}
+	}
+}
+
+// Status reads the agent's last report for node; nil without one.
+func (h *HostAgents) Status(ctx context.Context, node string) (*HostStatus, error) {
+	h.defaults()
+	l, err := h.Kube.CoordinationV1().Leases(h.Namespace).Get(ctx, AgentLeasePrefix+node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return leaseStatus(l)
+}
+
+func leaseStatus(l *coordinationv1.Lease) (*HostStatus, error) {
+	v, ok := l.Annotations[HostStatusAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var st HostStatus
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		return nil, fmt.Errorf("host agent Lease %s/%s: annotation %s: %w", l.Namespace, l.Name, HostStatusAnnotation, err)
+	}
+	return &st, nil
+}
+
+func sameWant(a, b nodenet.Want) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}
+
+// Agent is the node side of the protocol: it carries out the HostRequests
+// published on its Node with nodenet and reports on its Lease.
+type Agent struct {
+	// Kube reads the Node and its Pods and writes the Lease. Required.
+	Kube kubernetes.Interface
+	// Node is the node this agent serves. Required.
+	Node string
+	// Namespace of the Lease (default DefaultAgentNamespace).
+	Namespace string
+	// Identity is the Lease's holder, e.g. the pod name (default Node).
+	Identity string
+	// Host is the template of the host-side fields every request's Want is
+	// completed with: RunFlannelDir, CNIDataDir, CNIConfDir (e.g. under
+	// /host), NetNS, IPTablesBackend, and Bridge or VTEP when the request
+	// leaves them empty.
+	Host nodenet.Want
+	// Interval is how often the agent renews its Lease, reads its Node and
+	// retries deferred actions (default 5s).
+	Interval time.Duration
+	// LeaseDuration is written on the Lease (default 40s).
+	LeaseDuration time.Duration
+}
+
+func (a *Agent) defaults() error {
+	if a.Kube == nil {
+		return inputf("Agent.Kube is required")
+	}
+	if a.Node == "" {
+		return inputf("--node is required: the name of the node this agent serves (the downward API's spec.nodeName)")
+	}
+	if a.Namespace == "" {
+		a.Namespace = DefaultAgentNamespace
+	}
+	if a.Identity == "" {
+		a.Identity = a.Node
+	}
+	if a.Interval <= 0 {
+		a.Interval = 5 * time.Second
+	}
+	if a.LeaseDuration <= 0 {
+		a.LeaseDuration = 40 * time.Second
+	}
+	return nil
+}
+
+// Check verifies, read-only, what the agent needs before it starts: the
+// permissions (SelfSubjectAccessReview) and its Node.
+func (a *Agent) Check(ctx context.Context) error {
+	if err := a.defaults(); err != nil {
+		return err
+	}
+	checks := []access.Check{
+		{Verb: "get", Resource: "nodes", Name: a.Node},
+		{Verb: "list", Resource: "pods"},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: a.Namespace, Name: AgentLeasePrefix + a.Node},
+		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: a.Namespace},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: a.Namespace, Name: AgentLeasePrefix + a.Node},
+	}
+	if err := access.Preflight(ctx, a.Kube, checks); err != nil {
+		return fmt.Errorf("host agent of node %s: %w", a.Node, err)
+	}
+	if _, err := a.Kube.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return inputf("--node %s: no such Node", a.Node)
+		}
+		return fmt.Errorf("node %s: %w", a.Node, err)
+	}
+	return nil
+}
+
+// Run renews the agent's Lease and carries out its Node's requests until
+// ctx ends. A request the agent was restarted in the middle of is carried
+// out again: nodenet's Apply is idempotent.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.defaults(); err != nil {
+		return err
+	}
+	log := logr.FromContextOrDiscard(ctx).WithValues("node", a.Node)
+	for {
+		st, err := a.Once(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "host agent round")
+		} else if st != nil {
+			log.V(1).Info("host agent round", "generation", st.Generation, "phase", st.Phase)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(a.Interval):
+		}
+	}
+}
+
+// Once renews the Lease and, when the Node carries a request the agent has
+// not converged on, carries it out and reports. It returns the status
+// written (nil when there is no request).
+func (a *Agent) Once(ctx context.Context) (*HostStatus, error) {
+	if err := a.defaults(); err != nil {
+		return nil, err
+	}
+	lease, err := a.lease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	node, err := a.Kube.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", a.Node, err)
+	}
+	v, ok := node.Annotations[HostWantAnnotation]
+	if !ok {
+		return nil, a.report(ctx, lease, nil)
+	}
+	prev, _ := leaseStatus(lease)
+	var req HostRequest
+	if err := json.Unmarshal([]byte(v), &req); err != nil {
+		st := &HostStatus{Phase: HostFailed, Error: fmt.Sprintf("annotation %s of node %s: %v", HostWantAnnotation, a.Node, err)}
+		if prev != nil {
+			st.Generation = prev.Generation
+		}
+		return st, a.report(ctx, lease, st)
+	}
+	if prev != nil && prev.Generation == req.Generation && prev.Phase != HostDeferred {
+		return prev, a.report(ctx, lease, prev) // done with it (converged or failed): renew only
+	}
+	st := a.carryOut(ctx, req)
+	return st, a.report(ctx, lease, st)
+}
+
+// Carry carries out req once, as Once does with the Node's request, but
+// neither reads the Node nor writes the Lease: the path of a person who runs
+// the agent by hand with the request a runbook printed (HostSteps).
+func (a *Agent) Carry(ctx context.Context, req HostRequest) (*HostStatus, error) {
+	if err := a.defaults(); err != nil {
+		return nil, err
+	}
+	return a.carryOut(ctx, req), nil
+}
+
+// carryOut audits, plans, applies and verifies one request.
+func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
+	st := &HostStatus{Generation: req.Generation}
+	fail := func(err error) *HostStatus {
+		st.Phase, st.Error = HostFailed, oneLine(err.Error())
+		return st
+	}
+	if req.Want.Node != a.Node {
+		return fail(inputf("the request names node %q; this agent serves %q", req.Want.Node, a.Node))
+	}
+	want := req.Want
+	h := a.Host
+	want.RunFlannelDir, want.CNIDataDir, want.CNIConfDir, want.NetNS, want.IPTablesBackend = h.RunFlannelDir, h.CNIDataDir, h.CNIConfDir, h.NetNS, h.IPTablesBackend
+	if want.Bridge == "" {
+		want.Bridge = h.Bridge
+	}
+	if want.VTEP == "" {
+		want.VTEP = h.VTEP
+	}
+	pods, err := a.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.Node).String()})
+	if err != nil {
+		return fail(fmt.Errorf("listing the pods of node %s: %w", a.Node, err))
+	}
+	want.LivePods, want.LivePodsComplete = livePods(pods.Items), true
+	rep, err := nodenet.Audit(ctx, want)
+	if err != nil {
+		return fail(err)
+	}
+	plan, err := nodenet.NewPlan(rep)
+	if err != nil {
+		return fail(err)
+	}
+	res, err := nodenet.Apply(ctx, want, plan, nodenet.ApplyOptions{LivePods: want.LivePods})
+	if res != nil {
+		for _, o := range res.Outcomes {
+			st.Actions = append(st.Actions, o.String())
+		}
+		for _, o := range res.Deferred() {
+			st.Deferred = append(st.Deferred, o.String())
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	_, verr := nodenet.Verify(ctx, want)
+	var nc *nodenet.NotConvergedError
+	switch {
+	case verr == nil:
+		st.Phase = HostConverged
+	case errors.As(verr, &nc) && len(st.Deferred) > 0:
+		st.Phase = HostDeferred
+		for _, f := range nc.Findings {
+			st.Findings = append(st.Findings, f.String())
+		}
+	default:
+		if errors.As(verr, &nc) {
+			for _, f := range nc.Findings {
+				st.Findings = append(st.Findings, f.String())
+			}
+		}
+		return fail(verr)
+	}
+	return st
+}
+
+// livePods are the pods with their own address on the node (hostNetwork
+// pods use the node's).
+func livePods(pods []corev1.Pod) []nodenet.Pod {
+	var out []nodenet.Pod
+	for _, p := range pods {
+		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				out = append(out, nodenet.Pod{Name: p.Namespace + "/" + p.Name, IP: a})
+			}
+		}
+	}
+	return out
+}
+
+// lease returns the agent's Lease, created if missing, renewed.
+func (a *Agent) lease(ctx context.Context) (*coordinationv1.Lease, error) {
+	leases := a.Kube.CoordinationV1().Leases(a.Namespace)
+	name := AgentLeasePrefix + a.Node
+	l, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		now := metav1.NewMicroTime(time.Now())
+		l, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.Namespace, Labels: map[string]string{"app.kubernetes.io/name": "nodenet-agent"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.Identity), LeaseDurationSeconds: ptr.To(int32(a.LeaseDuration / time.Second)),
+				AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host agent Lease %s/%s: %w", a.Namespace, name, err)
+	}
+	return l, nil
+}
+
+// report writes st (nil keeps the last one) on the Lease and renews it.
+func (a *Agent) report(ctx context.Context, l *coordinationv1.Lease, st *HostStatus) error {
+	l = l.DeepCopy()
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime, l.Spec.HolderIdentity = &now, ptr.To(a.Identity)
+	if st != nil {
+		st.Time = now.UTC().Truncate(time.Second)
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[HostStatusAnnotation] = string(b)
+	}
+	if _, err := a.Kube.CoordinationV1().Leases(a.Namespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("host agent Lease %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	return nil
+}
+
+// HostSteps renders want as the steps a person runs on the node when no
+// agent serves it: the same request the agent would carry out, handed to
+// the agent binary once, by hand.
+func HostSteps(want nodenet.Want) ([]string, error) {
+	b, err := json.Marshal(HostRequest{Generation: 1, Want: want})
+	if err != nil {
+		return nil, err
+	}
+	return []string{
+		"on node " + want.Node + ": nodenet-agent --once --node " + want.Node + " --request " + strconv.Quote(string(b)),
+	}, nil
+}

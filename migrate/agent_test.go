@@ -1,0 +1,194 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/cidrshift/cidrshift/internal/access/accesstest"
+	"github.com/cidrshift/cidrshift/nodenet"
+)
+
+func agentNode(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func agentWant(node string) nodenet.Want {
+	return nodenet.Want{Node: node, PodCIDR: netip.MustParsePrefix("10.244.7.0/24"), Network: netip.MustParsePrefix("10.244.0.0/16")}
+}
+
+// fakeAgent answers every request on node with phase, as an agent would.
+func fakeAgent(cs *fake.Clientset, node string, phase HostPhase) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err == nil {
+				var req HostRequest
+				if v, ok := n.Annotations[HostWantAnnotation]; ok && json.Unmarshal([]byte(v), &req) == nil {
+					st, _ := json.Marshal(HostStatus{Generation: req.Generation, Phase: phase, Error: map[bool]string{true: "bridge cni0: permission denied"}[phase == HostFailed]})
+					now := metav1.NewMicroTime(time.Now())
+					l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: AgentLeasePrefix + node, Namespace: DefaultAgentNamespace,
+						Annotations: map[string]string{HostStatusAnnotation: string(st)}}, Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
+					if _, err := cs.CoordinationV1().Leases(DefaultAgentNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+						_, _ = cs.CoordinationV1().Leases(DefaultAgentNamespace).Create(ctx, l, metav1.CreateOptions{})
+					}
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+func countPatches(cs *fake.Clientset) int {
+	n := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "nodes" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestHostAgentsPublishWaitAndResume(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"))
+	stop := fakeAgent(cs, "w1", HostConverged)
+	defer stop()
+	h := &HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+
+	present, err := h.Present(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.False(t, present, "no Lease yet: no agent")
+
+	st, err := h.Apply(t.Context(), agentWant("w1"))
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, st.Phase)
+	assert.Equal(t, int64(1), st.Generation)
+	n, err := cs.CoreV1().Nodes().Get(t.Context(), "w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	var req HostRequest
+	require.NoError(t, json.Unmarshal([]byte(n.Annotations[HostWantAnnotation]), &req))
+	assert.Equal(t, agentWant("w1"), req.Want, "the published request is the want")
+
+	present, err = h.Present(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.True(t, present, "a renewed Lease: an agent")
+
+	// The same want again (a resumed runbook): no new request.
+	patches := countPatches(cs)
+	st, err = h.Apply(t.Context(), agentWant("w1"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), st.Generation)
+	assert.Equal(t, patches, countPatches(cs))
+
+	// Another want: the next generation.
+	w := agentWant("w1")
+	w.PodCIDR = netip.MustParsePrefix("10.244.9.0/24")
+	st, err = h.Apply(t.Context(), w)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), st.Generation)
+}
+
+func TestHostAgentsFailureAndTimeoutNameTheNode(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"), agentNode("w2"))
+	stop := fakeAgent(cs, "w1", HostFailed)
+	defer stop()
+	h := &HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 200 * time.Millisecond}
+	_, err := h.Apply(t.Context(), agentWant("w1"))
+	require.ErrorIs(t, err, ErrHostAgent)
+	assert.Contains(t, err.Error(), "node w1 failed: bridge cni0: permission denied")
+
+	_, err = h.Apply(t.Context(), agentWant("w2"))
+	require.ErrorIs(t, err, ErrHostAgent)
+	assert.Contains(t, err.Error(), "node w2: no report on generation 1 within 200ms")
+
+	// A stale Lease is no agent.
+	old := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+	_, err = cs.CoordinationV1().Leases(DefaultAgentNamespace).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: AgentLeasePrefix + "w2", Namespace: DefaultAgentNamespace}, Spec: coordinationv1.LeaseSpec{RenewTime: &old}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	present, err := h.Present(t.Context(), "w2")
+	require.NoError(t, err)
+	assert.False(t, present)
+}
+
+func TestAgentRefusesARequestForAnotherNodeAndReportsIt(t *testing.T) {
+	req, err := json.Marshal(HostRequest{Generation: 4, Want: agentWant("w2")})
+	require.NoError(t, err)
+	n := agentNode("w1")
+	n.Annotations = map[string]string{HostWantAnnotation: string(req)}
+	cs := fake.NewClientset(n)
+	a := &Agent{Kube: cs, Node: "w1"}
+	st, err := a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, HostFailed, st.Phase)
+	assert.Equal(t, int64(4), st.Generation)
+	assert.Contains(t, st.Error, `the request names node "w2"; this agent serves "w1"`)
+
+	l, err := cs.CoordinationV1().Leases(DefaultAgentNamespace).Get(t.Context(), AgentLeasePrefix+"w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "w1", ptr.Deref(l.Spec.HolderIdentity, ""))
+	got, err := leaseStatus(l)
+	require.NoError(t, err)
+	assert.Equal(t, HostFailed, got.Phase)
+
+	// The runbook side sees the failure, naming the node.
+	h := &HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: time.Second}
+	status, err := h.Status(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), status.Generation)
+
+	// Failed on this generation: the next round renews the Lease only.
+	renewed := l.Spec.RenewTime.Time
+	time.Sleep(2 * time.Millisecond)
+	st, err = a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, HostFailed, st.Phase)
+	l, err = cs.CoordinationV1().Leases(DefaultAgentNamespace).Get(t.Context(), AgentLeasePrefix+"w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, l.Spec.RenewTime.After(renewed), "the Lease is renewed")
+}
+
+func TestAgentWithoutARequestOnlyRenews(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"))
+	a := &Agent{Kube: cs, Node: "w1", Identity: "agent-x"}
+	st, err := a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Nil(t, st)
+	present, err := (&HostAgents{Kube: cs}).Present(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.True(t, present)
+}
+
+func TestAgentCheckNamesMissingPermissions(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"))
+	accesstest.Authorize(cs, accesstest.Rule{Verb: "update", Resource: "leases"})
+	err := (&Agent{Kube: cs, Node: "w1"}).Check(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "update")
+	assert.Contains(t, err.Error(), "leases")
+
+	cs = fake.NewClientset()
+	accesstest.Authorize(cs)
+	err = (&Agent{Kube: cs, Node: "w9"}).Check(t.Context())
+	require.ErrorIs(t, err, ErrInvalidInput)
+	assert.Contains(t, err.Error(), "--node w9: no such Node")
+
+	err = (&Agent{Kube: cs}).Check(t.Context())
+	require.ErrorIs(t, err, ErrInvalidInput)
+}
