@@ -20,6 +20,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/migrate"
 )
 
 // countWrites counts every write the runbook could make to the cluster:
@@ -105,7 +106,7 @@ func TestAdversarialOffline(t *testing.T) {
 		{name: "journal records another move", setup: func(t *testing.T) {
 			j, err := journal.Open(recorded)
 			require.NoError(t, err)
-			require.NoError(t, j.Put(keyRunbook, state{From: netip.MustParsePrefix("10.233.64.0/18"), To: netip.MustParsePrefix(newCIDR),
+			require.NoError(t, j.Put(migrate.IntentKey, migrate.CalicoPodCIDRIntent{From: netip.MustParsePrefix("10.233.64.0/18"), To: netip.MustParsePrefix(newCIDR),
 				ServiceCIDR: netip.MustParsePrefix("10.233.0.0/18"), OldPool: oldPool, NewPool: "ippool-10-200-0-0-16", NewPoolCIDR: netip.MustParsePrefix(newCIDR)}))
 			require.NoError(t, j.Close())
 		}, args: []string{"--to", "10.201.0.0/16", "--service-cidr", "10.233.0.0/18", "--journal", recorded, "--apply"}, code: 2,

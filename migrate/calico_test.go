@@ -1,0 +1,173 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/cidrshift/cidrshift/calico"
+	"github.com/cidrshift/cidrshift/calico/calicotest"
+	"github.com/cidrshift/cidrshift/internal/access/accesstest"
+	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/migrate"
+	"github.com/cidrshift/cidrshift/nodecidr"
+	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
+)
+
+// calTestCluster is story 1 on fake clients (no workloads): three nodes in
+// 10.233.64.0/18, one of them the control plane, plus extra, and the old
+// pool (plus pools). Nodes follow nodecidrtest's rules. writes counts every
+// write to nodes, pools and ConfigMaps.
+func calTestCluster(t *testing.T, extra []*corev1.Node, pools ...map[string]any) (cl calico.Cluster, writes *atomic.Int64) {
+	t.Helper()
+	kube, _ := calicotest.NewKube()
+	accesstest.Authorize(kube)
+	srv := nodecidrtest.NewServer()
+	node := func(name, podCIDR, ip string) *corev1.Node {
+		n := &corev1.Node{}
+		n.Name, n.UID, n.Labels = name, types.UID("uid-"+name), map[string]string{}
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDR, []string{podCIDR}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		return n
+	}
+	master := node("master1", "10.233.66.0/24", "192.168.10.1")
+	master.Labels[nodecidr.LabelControlPlane] = ""
+	for _, n := range append([]*corev1.Node{master, node("worker1", "10.233.64.0/24", "192.168.10.11"), node("worker2", "10.233.65.0/24", "192.168.10.12")}, extra...) {
+		srv.AddNode(n)
+	}
+	objs := []runtime.Object{&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "default-ipv4-ippool"},
+		"spec": map[string]any{"cidr": "10.233.64.0/18", "blockSize": int64(26), "vxlanMode": "Always", "natOutgoing": true},
+	}}}
+	for _, p := range pools {
+		objs = append(objs, &unstructured.Unstructured{Object: p})
+	}
+	dyn, _ := calicotest.NewDynamic(objs...)
+	writes = new(atomic.Int64)
+	count := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		writes.Add(1)
+		return false, nil, nil
+	}
+	for _, verb := range []string{"create", "update", "patch", "delete"} {
+		dyn.PrependReactor(verb, "ippools", count)
+		kube.PrependReactor(verb, "configmaps", count)
+		kube.PrependReactor(verb, "nodes", count)
+	}
+	kube.PrependReactor("*", "nodes", srv.Handle)
+	return calico.Cluster{Kube: kube, Pools: calico.NewCRDStore(dyn), Blocks: calico.NewCRDBlockSource(dyn), Dynamic: dyn}, writes
+}
+
+func calOptions(cl calico.Cluster) migrate.CalicoPodCIDROptions {
+	return migrate.CalicoPodCIDROptions{Cluster: cl, To: netip.MustParsePrefix("10.200.0.0/16"), ServiceCIDR: netip.MustParsePrefix("10.233.0.0/18"),
+		NodeMask: 24, PollInterval: time.Millisecond}
+}
+
+// Every input the cluster contradicts is refused by Prepare in ModeApply,
+// before the first write: no intent, no plan, no pool, no node touched.
+func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
+	odd := &corev1.Node{}
+	odd.Name, odd.UID = "odd", "uid-odd"
+	odd.Spec.PodCIDR, odd.Spec.PodCIDRs = "10.233.67.0/24", []string{"10.233.67.0/24", "fd00:1::/64"}
+	for _, tc := range []struct {
+		name  string
+		extra []*corev1.Node
+		edit  func(*migrate.CalicoPodCIDROptions)
+		bad   bool
+		want  string
+	}{
+		{name: "a node kube-controller-manager would crash on", extra: []*corev1.Node{odd}, want: "kube-controller-manager would not start"},
+		{name: "--from not the old pool's range", bad: true, want: "--from 10.233.0.0/18 is not the range of IPPool",
+			edit: func(o *migrate.CalicoPodCIDROptions) { o.From = netip.MustParsePrefix("10.233.0.0/18") }},
+		{name: "no such old pool", bad: true, want: `"nope"`, edit: func(o *migrate.CalicoPodCIDROptions) { o.OldPool = "nope" }},
+		{name: "--to too small", bad: true, want: "--to 10.200.0.0/23", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.200.0.0/23") }},
+		{name: "--to on the Service CIDR", bad: true, want: "10.233.0.0/18", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.233.0.0/16") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, writes := calTestCluster(t, tc.extra)
+			o := calOptions(cl)
+			if tc.edit != nil {
+				tc.edit(&o)
+			}
+			m, err := migrate.CalicoPodCIDR(o)
+			require.NoError(t, err)
+			dir := filepath.Join(t.TempDir(), "journal")
+			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(context.Background(), m)
+			require.Error(t, err)
+			assert.Nil(t, rep, "refused in Prepare")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, tc.bad, calIsInvalid(err), "%v", err)
+			assert.Zero(t, writes.Load(), "nothing written")
+			j, err := journal.Open(dir)
+			require.NoError(t, err)
+			defer j.Close()
+			keys, err := j.Keys("")
+			require.NoError(t, err)
+			assert.Empty(t, keys, "nothing journaled")
+		})
+	}
+}
+
+func calIsInvalid(err error) bool {
+	return errors.Is(err, migrate.ErrInvalidInput) || errors.Is(err, calico.ErrPoolNotFound)
+}
+
+// A new pool that exists with the planned name and CIDR (another machine's
+// run, a lost journal) is found done by add-pool's read-only check.
+func TestCalicoPodCIDRAddPoolFoundDone(t *testing.T) {
+	cl, _ := calTestCluster(t, nil, map[string]any{
+		"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "ippool-10-200-0-0-16"},
+		"spec": map[string]any{"cidr": "10.200.0.0/16", "blockSize": int64(26), "vxlanMode": "Always", "natOutgoing": true},
+	})
+	m, err := migrate.CalicoPodCIDR(calOptions(cl))
+	require.NoError(t, err)
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "journal")}).Run(context.Background(), m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused(), "waits for the operator at step 6")
+	assert.Equal(t, migrate.CalicoStepFlags, rep.Waiting.Step)
+	add := rep.Steps[1]
+	require.Equal(t, migrate.CalicoStepAddPool, add.Name)
+	assert.Equal(t, migrate.StatusDone, add.Status)
+	assert.Equal(t, []string{"found done: IPPool ippool-10-200-0-0-16 exists with cidr 10.200.0.0/16"}, add.Details)
+	old, err := cl.Pools.Get(context.Background(), "default-ipv4-ippool")
+	require.NoError(t, err)
+	assert.True(t, old.Spec.Disabled, "the next step ran")
+}
+
+func TestCalicoPodCIDROptionsValidate(t *testing.T) {
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name string
+		o    migrate.CalicoPodCIDROptions
+		want string
+	}{
+		{"no --to", migrate.CalicoPodCIDROptions{}, "--to is required"},
+		{"host bits", migrate.CalicoPodCIDROptions{To: netip.PrefixFrom(netip.MustParseAddr("10.200.0.1"), 16)}, "--to 10.200.0.1/16: has host bits set; the network is 10.200.0.0/16"},
+		{"IPv6", migrate.CalicoPodCIDROptions{To: p("fd00::/48")}, "only IPv4"},
+		{"pool outside --to", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), NewPoolCIDR: p("10.201.0.0/16")}, "outside --to"},
+		{"bad move", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), Move: "delete"}, `--move "delete"`},
+		{"node mask", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), NodeMask: 33}, "--node-mask 33"},
+		{"negative timeout", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), ProbeTimeout: -1}, "--probe-timeout"},
+		{"new pool named as the old", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), NewPool: migrate.CalicoDefaultOldPool}, "--new-pool"},
+		{"out without manifests", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), Out: "x"}, "needs --manifests"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			require.ErrorIs(t, err, migrate.ErrInvalidInput)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := migrate.CalicoPodCIDR(migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16")})
+	assert.ErrorIs(t, err, migrate.ErrInvalidInput, "clients are required")
+}
