@@ -963,7 +963,7 @@ func (m *CalicoPodCIDRMigration) observeFlags(ctx context.Context, env *Env) (bo
 	var names, stale []string
 	for _, p := range pods.Items {
 		names = append(names, p.Name)
-		if v, ok := calPodFlag(&p, cidr.KubeControllerManager, "--cluster-cidr"); !ok || v != want {
+		if v, ok := podFlag(&p, cidr.KubeControllerManager, "--cluster-cidr"); !ok || v != want {
 			stale = append(stale, fmt.Sprintf("%s has --cluster-cidr=%s", p.Name, v))
 		}
 	}
@@ -1054,27 +1054,6 @@ func (m *CalicoPodCIDRMigration) deleteProbe(ctx context.Context) error {
 		return fmt.Errorf("deleting probe Node %s: %w", CalicoProbeNodeName, err)
 	}
 	return nil
-}
-
-// calPodFlag returns the value of a flag on the command line of a pod's
-// container, written --flag=value or --flag value.
-func calPodFlag(p *corev1.Pod, container, flagName string) (string, bool) {
-	for _, c := range p.Spec.Containers {
-		if c.Name != container && len(p.Spec.Containers) > 1 {
-			continue
-		}
-		val, found := "", false
-		args := append(slices.Clone(c.Command), c.Args...)
-		for i, a := range args {
-			if v, ok := strings.CutPrefix(a, flagName+"="); ok {
-				val, found = v, true
-			} else if a == flagName && i+1 < len(args) {
-				val, found = args[i+1], true
-			}
-		}
-		return val, found
-	}
-	return "", false
 }
 
 // --- step 8: verify ---

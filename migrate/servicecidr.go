@@ -737,23 +737,6 @@ func (m *ServiceCIDRMigration) observeFlags(ctx context.Context) (bool, string, 
 	return false, fmt.Sprintf("no kube-apiserver is seen running with --service-cluster-ip-range=%s (no mirror pods in kube-system, no %s event on ServiceCIDR %s)", want, ReasonServiceCIDRInconsistent, servicecidr.DefaultServiceCIDRName), nil
 }
 
-// podFlag returns the value of a flag on the command line of a pod's container.
-func podFlag(p *corev1.Pod, container, flag string) (string, bool) {
-	for _, c := range p.Spec.Containers {
-		if c.Name != container && len(p.Spec.Containers) > 1 {
-			continue
-		}
-		val, found := "", false
-		for _, a := range append(slices.Clone(c.Command), c.Args...) {
-			if v, ok := strings.CutPrefix(a, flag+"="); ok {
-				val, found = v, true
-			}
-		}
-		return val, found
-	}
-	return "", false
-}
-
 // --- step 6: retire the old range ---
 
 func (m *ServiceCIDRMigration) retire(ctx context.Context, _ *Env, sr *StepReport) error {
