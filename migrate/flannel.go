@@ -1,0 +1,1128 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/kubeadmcfg"
+	"github.com/cidrshift/cidrshift/nodecidr"
+)
+
+// The steps of the FlannelPodCIDR migration, in order. They are the journal
+// keys (step/<name>).
+const (
+	FlannelStepFix               = "fix-podcidrs"
+	FlannelStepNetwork           = "set-network"
+	FlannelStepControllerManager = "controller-manager"
+	FlannelStepRewrite           = "rewrite-nodes"
+	FlannelStepCleanup           = "host-cleanup"
+)
+
+// Journal keys of the FlannelPodCIDR migration besides IntentKey and the
+// steps: the nodecidr plans of the fix-podcidrs and rewrite-nodes steps,
+// stored before their first write so a rerun carries out the same moves
+// (and host-cleanup knows which nodes moved). A rerun checks them again:
+// the journal is untrusted input.
+const (
+	FlannelFixPlanKey    = "fix-plan"
+	FlannelRebasePlanKey = "rebase-plan"
+)
+
+// FlannelRestartedAtAnnotation is the pod-template annotation the
+// host-cleanup step sets on flannel's DaemonSets to roll them, as `kubectl
+// rollout restart` does.
+const FlannelRestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
+
+// flKeyNetConf keeps net-conf.json as it was before set-network rewrote it.
+const flKeyNetConf = "netconf-before"
+
+// FlannelPodCIDROptions asks for a wider flannel Network in a cluster whose
+// flanneld runs in kube subnet manager mode (story 2 of FACTS.md: e.g.
+// 10.244.0.0/16 to 10.240.0.0/12). Errors name the options by the flags of
+// examples/migrate-flannel-podcidr (--network, --from, ...).
+type FlannelPodCIDROptions struct {
+	// Kube reaches the cluster. Required.
+	Kube kubernetes.Interface
+	// Network is the new flannel Network and kube-controller-manager
+	// --cluster-cidr. IPv4; it must strictly contain the Network in use, so
+	// no node's podCIDR is outside it at any time. Required.
+	Network netip.Prefix
+	// From is the Network in use. Default: the journal's record, else
+	// net-conf.json's Network. When given, it must be what net-conf.json
+	// holds (or Network, once set-network has run).
+	From netip.Prefix
+	// RewriteNodes also renumbers every node's podCIDR from the old Network
+	// into NodeRange, keeping each subnet's offset. NodeRange is required
+	// with it and refused without it: it lies inside Network, is disjoint
+	// from the old Network and at least as large.
+	RewriteNodes bool
+	NodeRange    netip.Prefix
+	// Namespace and ConfigMap name the ConfigMap holding net-conf.json
+	// (flannel.DefaultNetConfNamespace and flannel.DefaultNetConfName in
+	// kube-flannel.yml); flannel's pods and DaemonSets live in Namespace.
+	// Required.
+	Namespace, ConfigMap string
+	// FlannelSelector is the label selector of flannel's pods ("app=flannel"
+	// in kube-flannel.yml): the node moves restart the selected pods on each
+	// moved node, and host-cleanup rolls the DaemonSets whose pods it
+	// selects. Required; a selector that selects every pod is refused.
+	FlannelSelector string
+	// Manifests is a directory holding kube-controller-manager.yaml to render
+	// the --cluster-cidr edit from (read only); Out, with Manifests, is where
+	// the rewritten manifest is written.
+	Manifests, Out string
+	// Continue says the operator restarted kube-controller-manager with the
+	// new --cluster-cidr: the controller-manager step goes on without
+	// observing it.
+	Continue bool
+	// NodeMask is the node subnet size the fix step allocates when
+	// kube-controller-manager's flags cannot be discovered (default
+	// cidr.DefaultNodeMaskIPv4).
+	NodeMask int
+	// HealthTimeout bounds the wait for a moved node to be Ready with its
+	// pods running (default 2m); PollInterval is the period of the waits
+	// (default 1s).
+	HealthTimeout, PollInterval time.Duration
+}
+
+// FlannelPodCIDRIntent is what a FlannelPodCIDR migration records in its
+// journal: a rerun must ask for the same move.
+type FlannelPodCIDRIntent struct {
+	From         netip.Prefix `json:"from"`
+	To           netip.Prefix `json:"to"`
+	RewriteNodes bool         `json:"rewriteNodes"`
+	NodeRange    netip.Prefix `json:"nodeRange,omitzero"`
+}
+
+// FlannelPodCIDRMigration widens a kube-subnet-manager flannel cluster's
+// Network in five steps:
+//
+//  1. fix-podcidrs: nodes with a duplicate (every holder but the oldest) or
+//     missing podCIDR get a free subnet of the current Network (nodecidr
+//     ModeFix plan and Apply, with its crash-safe journal below the run's);
+//     node by node, hooks then restart the node's flannel pod, delete its
+//     controller-owned pods so they get addresses of the new subnet, and
+//     wait until the node is Ready and its pods run.
+//  2. set-network: rewrite only the "Network" value of net-conf.json (flannel
+//     PlanNetConf and ApplyNetConf). The step is found done when
+//     net-conf.json already holds the new Network.
+//  3. controller-manager: the kubeadm ConfigMaps (when they exist) and the
+//     --cluster-cidr edit of kube-controller-manager (rendered from Manifests
+//     into Out), done by an operator: the step pauses until it observes the
+//     new flag on the kube-system kube-controller-manager mirror pods, or
+//     Continue.
+//  4. rewrite-nodes: optional (RewriteNodes). The containing Network keeps
+//     every podCIDR valid; renumbering moves the nodes into NodeRange
+//     (nodecidr ModeRebase) with the same hooks.
+//  5. host-cleanup: the host work of every moved node (HostPlans, printed
+//     for a person), a rolling restart of flannel's DaemonSets so every
+//     flanneld reads the new Network, and a final verification.
+//
+// Prepare checks, before the first write, every input and what later steps
+// need: the journal's intent and node plans, From against net-conf.json,
+// every node's podCIDR inside the Network in use, the net-conf.json
+// rewrite, the kubeadm ConfigMaps and the Manifests edit.
+type FlannelPodCIDRMigration struct {
+	o FlannelPodCIDROptions
+
+	mode                Mode
+	j                   Journal
+	from, to, nodeRange netip.Prefix
+	nc                  *flannel.NetConf
+	fixPlan, rebasePlan *nodecidr.Plan
+
+	mu     sync.Mutex
+	manual []string // bare pods left for a person
+}
+
+// FlannelPodCIDR returns the migration for o, checking the options that
+// need no cluster.
+func FlannelPodCIDR(o FlannelPodCIDROptions) (*FlannelPodCIDRMigration, error) {
+	if o.Kube == nil {
+		return nil, inputf("FlannelPodCIDROptions.Kube is required")
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.NodeMask == 0 {
+		o.NodeMask = cidr.DefaultNodeMaskIPv4
+	}
+	if o.HealthTimeout == 0 {
+		o.HealthTimeout = 2 * time.Minute
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = time.Second
+	}
+	return &FlannelPodCIDRMigration{o: o}, nil
+}
+
+// Validate checks the options that need no cluster (all but Kube). Zero
+// NodeMask, HealthTimeout and PollInterval mean their defaults.
+func (o FlannelPodCIDROptions) Validate() error {
+	if !o.Network.IsValid() {
+		return inputf("--network is required: the new flannel Network, which must contain the current one, e.g. --network 10.240.0.0/12")
+	}
+	for _, p := range []struct {
+		flag string
+		v    netip.Prefix
+	}{{"--network", o.Network}, {"--from", o.From}, {"--node-range", o.NodeRange}} {
+		if p.v.IsValid() && p.v != p.v.Masked() {
+			return inputf("%s %s: host bits set; did you mean %s?", p.flag, p.v, p.v.Masked())
+		}
+	}
+	if o.NodeRange.IsValid() && !o.RewriteNodes {
+		return inputf("--node-range %s needs --rewrite-nodes", o.NodeRange)
+	}
+	if o.RewriteNodes && !o.NodeRange.IsValid() {
+		return inputf("--rewrite-nodes needs --node-range: the range inside --network %s the nodes' subnets move to", o.Network)
+	}
+	if o.Out != "" && o.Manifests == "" {
+		return inputf("--out %s needs --manifests DIR: the manifests to rewrite", o.Out)
+	}
+	if o.Manifests != "" {
+		if st, err := os.Stat(o.Manifests); err != nil || !st.IsDir() {
+			return inputf("--manifests %s: not a directory", o.Manifests)
+		}
+		if o.Out != "" {
+			a, _ := filepath.Abs(o.Out)
+			b, _ := filepath.Abs(o.Manifests)
+			if a == b {
+				return inputf("--out must differ from --manifests: the runbook never rewrites manifests in place")
+			}
+		}
+	}
+	if o.NodeMask < 0 || o.NodeMask > 32 {
+		return inputf("--node-mask %d: want 1..32", o.NodeMask)
+	}
+	if o.HealthTimeout < 0 {
+		return inputf("--health-timeout %s: must be positive, e.g. 2m", o.HealthTimeout)
+	}
+	if o.PollInterval < 0 {
+		return inputf("--poll-interval %s: must be positive, e.g. 1s", o.PollInterval)
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return inputf("--namespace %q is not a namespace name: %s", o.Namespace, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(o.ConfigMap); len(errs) > 0 {
+		return inputf("--configmap %q is not a ConfigMap name: %s", o.ConfigMap, strings.Join(errs, "; "))
+	}
+	// The selector picks the pods the node moves delete on each moved node
+	// (host-network ones included): it must parse, and must not select
+	// every pod of the namespace.
+	sel, err := labels.Parse(o.FlannelSelector)
+	if err != nil {
+		return inputf("--flannel-selector %q: %v", o.FlannelSelector, err)
+	}
+	if sel.Empty() {
+		return inputf("--flannel-selector %q selects every pod in namespace %s; give flannel's pod labels, e.g. app=flannel", o.FlannelSelector, o.Namespace)
+	}
+	if o.Out != "" {
+		if st, err := os.Stat(o.Out); err == nil && !st.IsDir() {
+			return inputf("--out %s: exists and is not a directory", o.Out)
+		}
+	}
+	if cidr.FamilyOf(o.Network) != cidr.IPv4 {
+		return inputf("--network %s: only an IPv4 Network is supported", o.Network)
+	}
+	if o.RewriteNodes && !cidr.ContainsPrefix(o.Network, o.NodeRange) {
+		return inputf("--node-range %s must lie inside --network %s", o.NodeRange, o.Network)
+	}
+	return nil
+}
+
+// Kind implements Composition.
+func (m *FlannelPodCIDRMigration) Kind() string { return "flannel-podcidr" }
+
+// From is the Network in use, as the last Prepare resolved it.
+func (m *FlannelPodCIDRMigration) From() netip.Prefix { return m.from }
+
+// To is the new Network.
+func (m *FlannelPodCIDRMigration) To() netip.Prefix { return m.o.Network }
+
+func (m *FlannelPodCIDRMigration) kubeOptions() flannel.KubeOptions {
+	return flannel.KubeOptions{Namespace: m.o.Namespace, ConfigMap: m.o.ConfigMap}
+}
+
+// Prepare implements Composition: it checks the options against the
+// journal's intent, reads net-conf.json, resolves From, checks the move and
+// everything the later steps need (preflight), and reads back and checks
+// the node plans an earlier run journaled. It writes nothing.
+func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepared, error) {
+	m.mode, m.j = env.Mode, env.Journal
+	m.from, m.to, m.nodeRange, m.nc, m.fixPlan, m.rebasePlan = netip.Prefix{}, m.o.Network, netip.Prefix{}, nil, nil, nil
+	if m.o.RewriteNodes {
+		m.nodeRange = m.o.NodeRange
+	}
+	from := m.o.From
+	haveIntent := false
+	if m.j != nil {
+		var st FlannelPodCIDRIntent
+		var err error
+		if haveIntent, err = m.j.Get(IntentKey, &st); err != nil {
+			return nil, err
+		}
+		if haveIntent {
+			if st.To != m.to || (from.IsValid() && st.From != from) || st.RewriteNodes != m.o.RewriteNodes || st.NodeRange != m.nodeRange {
+				return nil, inputf("--journal %s records a move %s -> %s (rewrite-nodes %t, node-range %s); rerun with those flags or use another journal",
+					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange))
+			}
+			from = st.From
+		}
+	}
+	nc, err := flannel.ReadNetConf(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		if errors.Is(err, flannel.ErrNotFound) {
+			return nil, inputf("--namespace %s --configmap %s: no such ConfigMap; give the namespace and name of flannel's net-conf.json", m.o.Namespace, m.o.ConfigMap)
+		}
+		return nil, fmt.Errorf("reading net-conf.json: %w", err)
+	}
+	if nc.Config == nil {
+		return nil, fmt.Errorf("net-conf.json in ConfigMap %s/%s does not parse (%s): fix it first", nc.Namespace, nc.Name, nc.Error)
+	}
+	m.nc = nc
+	if !from.IsValid() {
+		from = nc.Config.Network
+		if from == m.to {
+			return nil, inputf("--network %s: net-conf.json already holds that Network; nothing to widen (a run that already changed it resumes from its --journal, or with --from OLD)", m.to)
+		}
+	}
+	if !from.IsValid() {
+		return nil, inputf("net-conf.json has no IPv4 Network; nothing to widen")
+	}
+	// From (or the journal's move) must be what the cluster has: the Network
+	// net-conf.json holds, or the new one once set-network has run.
+	if cur := nc.Config.Network; cur != from && cur != m.to {
+		what := "--from " + from.String()
+		if haveIntent {
+			what = fmt.Sprintf("--journal %s records a move from %s", m.j.Dir(), from)
+		}
+		return nil, inputf("%s: net-conf.json in ConfigMap %s/%s holds Network %s; --from must be the Network in use (or the new one, after step 2)",
+			what, nc.Namespace, nc.Name, flPrefixOrNone(cur))
+	}
+	m.from = from
+	if m.from == m.to || !cidr.ContainsPrefix(m.to, m.from) {
+		return nil, inputf("--network %s must strictly contain the current Network %s, so no node's podCIDR is outside it during the move (e.g. %s)",
+			m.to, m.from, flSuggest(m.from))
+	}
+	if m.o.RewriteNodes {
+		if m.nodeRange.Bits() > m.from.Bits() {
+			return nil, inputf("--node-range %s is smaller than the old Network %s: every subnet keeps its offset, so it must be at least /%d", m.nodeRange, m.from, m.from.Bits())
+		}
+		if m.nodeRange.Overlaps(m.from) {
+			return nil, inputf("--node-range %s overlaps the old Network %s: renumbering needs a disjoint range", m.nodeRange, m.from)
+		}
+	}
+	if err := m.preflight(ctx, env); err != nil {
+		return nil, err
+	}
+	if m.j != nil {
+		for _, c := range []struct {
+			key string
+			dst **nodecidr.Plan
+		}{{FlannelFixPlanKey, &m.fixPlan}, {FlannelRebasePlanKey, &m.rebasePlan}} {
+			p := &nodecidr.Plan{}
+			if ok, err := m.j.Get(c.key, p); err != nil {
+				return nil, fmt.Errorf("%w: --journal %s %s: %w", nodecidr.ErrInvalidPlan, m.j.Dir(), c.key, err)
+			} else if ok {
+				*c.dst = p
+			}
+		}
+		if err := m.checkJournalPlans(); err != nil {
+			return nil, err
+		}
+	}
+	return &Prepared{
+		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange},
+		Steps: []Step{
+			StepFunc{StepName: FlannelStepFix, StepTitle: "give nodes with duplicate or missing podCIDRs a free subnet", DoFunc: m.fixPodCIDRs},
+			StepFunc{StepName: FlannelStepNetwork, StepTitle: "widen net-conf.json Network", DoFunc: m.setNetwork, DoneFunc: m.networkSet},
+			StepFunc{StepName: FlannelStepControllerManager, StepTitle: "kube-controller-manager --cluster-cidr (operator)", DoFunc: m.controllerManager},
+			StepFunc{StepName: FlannelStepRewrite, StepTitle: "renumber node podCIDRs (optional)", DoFunc: m.rewriteNodes},
+			StepFunc{StepName: FlannelStepCleanup, StepTitle: "host clean-up per moved node, restart flanneld, verify", DoFunc: m.hostCleanup, VerifyFunc: m.verify},
+		},
+	}, nil
+}
+
+// checkJournalPlans checks the node plans read back from the journal, which
+// is untrusted input: the fix plan may only give nodes subnets of the old
+// Network, the rebase plan only subnets of NodeRange, each node once.
+func (m *FlannelPodCIDRMigration) checkJournalPlans() error {
+	for _, c := range []struct {
+		key    string
+		p      *nodecidr.Plan
+		within netip.Prefix
+	}{{FlannelFixPlanKey, m.fixPlan, m.from}, {FlannelRebasePlanKey, m.rebasePlan, m.nodeRange}} {
+		if c.p == nil {
+			continue
+		}
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: --journal %s %s: %s", nodecidr.ErrInvalidPlan, m.j.Dir(), c.key, fmt.Sprintf(format, args...))
+		}
+		if !c.within.IsValid() {
+			return bad("the journal holds a plan for a step this run does not make")
+		}
+		seen := map[string]bool{}
+		for _, st := range c.p.Steps {
+			if seen[st.Node] {
+				return bad("node %s appears twice", st.Node)
+			}
+			seen[st.Node] = true
+			for _, s := range st.NewPodCIDRs {
+				p, err := cidr.Parse(s)
+				if err != nil {
+					return bad("node %s: new podCIDR %q: %v", st.Node, s, err)
+				}
+				if p.Addr().Is4() && !cidr.ContainsPrefix(c.within, p) {
+					return bad("node %s: new podCIDR %s lies outside %s", st.Node, p, c.within)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// preflight checks, before the first write, everything the later steps
+// would otherwise find only after earlier steps changed the cluster: every
+// node's podCIDR lies in the Network flanneld uses now, the node mask fits
+// the Network, net-conf.json can be rewritten, the kubeadm ConfigMaps can be
+// planned and the kube-controller-manager manifest can be edited.
+func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error {
+	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return err
+	}
+	cur := m.nc.Config.Network
+	var outside []string
+	for _, n := range nodes {
+		for _, p := range n.PodCIDRs {
+			if p.Addr().Is4() && !cidr.ContainsPrefix(cur, p) {
+				outside = append(outside, fmt.Sprintf("%s (%s)", n.Name, p))
+			}
+		}
+	}
+	if len(outside) > 0 {
+		return fmt.Errorf("node podCIDR outside the current flannel Network %s: %s; flanneld refuses such a node and kube-controller-manager would not start with --cluster-cidr=%s; move those nodes into %s first (examples/noderecreate)",
+			cur, strings.Join(outside, ", "), m.to, cur)
+	}
+	if m.o.NodeMask < m.from.Bits() {
+		return inputf("--node-mask %d: a node subnet /%d is larger than the Network %s", m.o.NodeMask, m.o.NodeMask, m.from)
+	}
+	if done, err := StepDone(env, FlannelStepNetwork); err != nil {
+		return err
+	} else if !done && cur != m.to {
+		if _, err := flannel.PlanNetConf(m.nc, flannel.SetNetworkRequest{Network: m.to}, nodes); err != nil {
+			return fmt.Errorf("net-conf.json in ConfigMap %s/%s cannot be set to Network %s: %w", m.nc.Namespace, m.nc.Name, m.to, err)
+		}
+	}
+	done, err := StepDone(env, FlannelStepControllerManager)
+	if err != nil || done {
+		return err
+	}
+	if m.o.Manifests != "" {
+		path := filepath.Join(m.o.Manifests, kubeadmcfg.ControllerManagerManifest)
+		mf, err := kubeadmcfg.ReadManifestFile(path)
+		if err != nil {
+			return inputf("--manifests %s: %s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, oneLine(err.Error()))
+		}
+		if err := mf.Apply([]kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: m.to.String()}}); err != nil {
+			return inputf("--manifests %s: %s: cannot set --cluster-cidr=%s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, m.to, oneLine(err.Error()))
+		}
+	}
+	if m.mode == ModeApply {
+		if ok, err := m.j.Get(keyKubeadmPlan, &kubeadmcfg.Plan{}); err != nil || ok {
+			return err
+		}
+	}
+	snap, err := kubeadmcfg.Read(ctx, m.o.Kube, kubeadmcfg.ReadOptions{})
+	if err != nil {
+		return err
+	}
+	if snap.Kubeadm == nil && snap.KubeProxy == nil {
+		return nil
+	}
+	_, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: m.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
+	if err != nil && !errors.Is(err, kubeadmcfg.ErrNothingToDo) {
+		return fmt.Errorf("the kubeadm ConfigMaps cannot be set to podSubnet %s: %w", m.to, err)
+	}
+	return nil
+}
+
+// flSuggest proposes a Network containing p: four times as large.
+func flSuggest(p netip.Prefix) string {
+	if p.Bits() < 2 {
+		return "a shorter prefix"
+	}
+	w, _ := p.Addr().Prefix(p.Bits() - 2)
+	return w.String()
+}
+
+func flPrefixOrNone(p netip.Prefix) string {
+	if !p.IsValid() {
+		return "none"
+	}
+	return p.String()
+}
+
+// --- steps 1 and 4: node moves ---
+
+// fixLayout is the layout the fix step allocates from: the current flannel
+// Network (a subnet outside it would stop the node's flanneld), with the
+// node mask and Service CIDR of the running kube-controller-manager when
+// found.
+func (m *FlannelPodCIDRMigration) fixLayout(ctx context.Context, sr *StepReport) cidr.NodeIPAMLayout {
+	layout := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{m.from}, NodeMasks: []int{m.o.NodeMask}}
+	d, err := nodecidr.DiscoverControllerManagerFlags(ctx, m.o.Kube)
+	if err != nil {
+		sr.Addf("kube-controller-manager flags not found (%s): node mask /%d (--node-mask)", oneLine(err.Error()), m.o.NodeMask)
+		return layout
+	}
+	l, _, err := cidr.ParseControllerManagerFlags(d.Flags)
+	if err != nil || len(l.NodeMasks) == 0 {
+		return layout
+	}
+	layout.NodeMasks = l.NodeMasks[:1]
+	layout.ServiceCIDRs = l.ServiceCIDRs
+	sr.Addf("node mask /%d from %s", layout.NodeMasks[0], d.Source)
+	return layout
+}
+
+func (m *FlannelPodCIDRMigration) fixPodCIDRs(ctx context.Context, env *Env, sr *StepReport) error {
+	err := m.nodePlan(ctx, &m.fixPlan, FlannelFixPlanKey, func() nodecidr.PlanOptions {
+		return nodecidr.PlanOptions{Mode: nodecidr.ModeFix, Layout: m.fixLayout(ctx, sr)}
+	})
+	if err != nil {
+		return err
+	}
+	return m.moveNodes(ctx, env, sr, m.fixPlan, "fix")
+}
+
+func (m *FlannelPodCIDRMigration) rewriteNodes(ctx context.Context, env *Env, sr *StepReport) error {
+	if !m.o.RewriteNodes {
+		sr.Status = StatusSkipped
+		sr.Addf("Network %s contains %s, so every node's podCIDR stays valid for flanneld and kube-controller-manager; rewriting is only needed to renumber (--rewrite-nodes --node-range R)", m.to, m.from)
+		return nil
+	}
+	err := m.nodePlan(ctx, &m.rebasePlan, FlannelRebasePlanKey, func() nodecidr.PlanOptions {
+		return nodecidr.PlanOptions{Mode: nodecidr.ModeRebase, Rebase: []nodecidr.RebasePair{{From: m.from, To: m.nodeRange}}}
+	})
+	if err != nil {
+		return err
+	}
+	return m.moveNodes(ctx, env, sr, m.rebasePlan, "rebase")
+}
+
+// nodePlan makes a node-moving step's nodecidr plan into *dst, unless an
+// earlier run journaled one (Prepare read it back), and in ModeApply
+// journals it under key before the step's first write.
+func (m *FlannelPodCIDRMigration) nodePlan(ctx context.Context, dst **nodecidr.Plan, key string, opts func() nodecidr.PlanOptions) error {
+	if *dst != nil {
+		return nil
+	}
+	p, err := nodecidr.MakePlan(ctx, m.o.Kube, opts())
+	if err != nil {
+		return err
+	}
+	*dst = p
+	if m.mode == ModeApply && len(p.Steps) > 0 {
+		return m.j.Put(key, p)
+	}
+	return nil
+}
+
+// moveNodes shows and applies a nodecidr plan with the migration's hooks;
+// sub names the plan's nodecidr journal below the run's.
+func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *StepReport, p *nodecidr.Plan, sub string) error {
+	if len(p.Steps) == 0 {
+		sr.Addf("no node needs a change")
+		return nil
+	}
+	for _, s := range p.Steps {
+		sr.Addf("%s %s: %s -> %s (%s)", s.Action, s.Node, flListOrNone(s.OldPodCIDRs), strings.Join(s.NewPodCIDRs, ","), s.Reason)
+	}
+	for _, w := range p.Warnings {
+		sr.Addf("warning: %s", w)
+	}
+	if m.mode == ModePlan {
+		sr.Addf("each node then: restart its flannel pod, delete its controller-owned pods, wait until it is Ready and its pods run")
+		return nil
+	}
+	opts := nodecidr.ApplyOptions{
+		Concurrency: 1,
+		Hooks:       m.hooks(),
+		Note:        "migrate-flannel-podcidr " + sub,
+		OnEvent: func(e nodecidr.Event) {
+			env.Progressf("  %s %s", sub, e.String())
+		},
+	}
+	if m.mode == ModeServerDryRun {
+		opts.DryRun = nodecidr.DryRunServer
+	} else {
+		opts.JournalDir = filepath.Join(m.j.Dir(), sub)
+	}
+	res, err := nodecidr.Apply(ctx, m.o.Kube, p, opts)
+	if res != nil {
+		sr.Addf("moved %d node(s), %d already done; delete->create gap p50 %s max %s",
+			len(res.Changed), len(res.AlreadyDone), res.Gaps.P50, res.Gaps.Max)
+	}
+	m.mu.Lock()
+	for _, b := range m.manual {
+		sr.Addf("restart by hand (no controller would recreate it): %s", b)
+	}
+	m.manual = nil
+	m.mu.Unlock()
+	return err
+}
+
+func flListOrNone(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ",")
+}
+
+// hooks run after each moved node: restart its flannel pod, restart its
+// workload pods, then wait for it to be healthy before the next node.
+func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
+	return []nodecidr.Hook{
+		nodecidr.DeleteNodePods(m.o.Kube, nodecidr.DeletePodsOptions{Namespace: m.o.Namespace, LabelSelector: m.o.FlannelSelector, IncludeHostNetwork: true}),
+		{
+			Name: "restart-pods",
+			Permissions: []nodecidr.Permission{
+				{Verb: "list", Resource: "pods"},
+				{Verb: "delete", Resource: "pods"},
+			},
+			Run: m.restartPods,
+		},
+		{
+			Name:        "health-check",
+			Permissions: []nodecidr.Permission{{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "pods"}},
+			Run:         m.waitHealthy,
+		},
+	}
+}
+
+func flNodePods(ctx context.Context, kube kubernetes.Interface, node string) ([]corev1.Pod, error) {
+	list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods on node %s: %w", node, err)
+	}
+	return list.Items, nil
+}
+
+// flRestartable says whether a pod on a moved node is deleted so its
+// controller recreates it with an address of the new subnet. Mirror
+// (static), hostNetwork and DaemonSet pods are left alone (the flannel pod
+// has its own hook); a pod without a controller would be lost, so it is
+// reported instead.
+func flRestartable(p *corev1.Pod) (ok, manual bool) {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false, false
+	}
+	if _, mirror := p.Annotations[nodecidr.MirrorPodAnnotation]; mirror || p.Spec.HostNetwork {
+		return false, false
+	}
+	c := metav1.GetControllerOf(p)
+	if c == nil {
+		return false, true
+	}
+	return c.Kind != "DaemonSet", false
+}
+
+func (m *FlannelPodCIDRMigration) restartPods(ctx context.Context, node *corev1.Node) error {
+	pods, err := flNodePods(ctx, m.o.Kube, node.Name)
+	if err != nil {
+		return err
+	}
+	var opts metav1.DeleteOptions
+	if m.mode == ModeServerDryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	for i := range pods {
+		p := &pods[i]
+		ok, manual := flRestartable(p)
+		if manual {
+			m.mu.Lock()
+			m.manual = append(m.manual, p.Namespace+"/"+p.Name+" on "+node.Name)
+			m.mu.Unlock()
+		}
+		if !ok {
+			continue
+		}
+		uid := p.UID
+		o := opts
+		o.Preconditions = &metav1.Preconditions{UID: &uid}
+		if err := m.o.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, o); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete pod %s/%s on node %s: %w", p.Namespace, p.Name, node.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitHealthy waits until the node is Ready and every pod bound to it runs,
+// as the Calico migration controller does between nodes.
+func (m *FlannelPodCIDRMigration) waitHealthy(ctx context.Context, node *corev1.Node) error {
+	if m.mode != ModeApply {
+		return nil
+	}
+	deadline := time.Now().Add(m.o.HealthTimeout)
+	for {
+		why := m.unhealthy(ctx, node.Name)
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s not healthy after %s: %s (if its pods cannot start because cni0 still has the old subnet's address, run the node's host clean-up from step 5 now, e.g. `ip link delete cni0` on %s, then rerun)",
+				node.Name, m.o.HealthTimeout, why, node.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(m.o.PollInterval):
+		}
+	}
+}
+
+// unhealthy says why the node is not healthy yet, or "".
+func (m *FlannelPodCIDRMigration) unhealthy(ctx context.Context, name string) string {
+	n, err := m.o.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	if !flNodeReady(n) {
+		return "node is not Ready"
+	}
+	list, err := m.o.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Sprintf("pod %s/%s is %s", p.Namespace, p.Name, p.Status.Phase)
+		}
+	}
+	return ""
+}
+
+func flNodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// --- step 2: net-conf.json ---
+
+// networkSet is set-network's read-only check: net-conf.json already holds
+// the new Network.
+func (m *FlannelPodCIDRMigration) networkSet(ctx context.Context, _ *Env) (bool, string, error) {
+	nc, err := flannel.ReadNetConf(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return false, "", fmt.Errorf("reading net-conf.json: %w", err)
+	}
+	if nc.Config == nil || nc.Config.Network != m.to {
+		return false, "", nil
+	}
+	return true, fmt.Sprintf("%s/%s net-conf.json holds Network %s", nc.Namespace, nc.Name, m.to), nil
+}
+
+func (m *FlannelPodCIDRMigration) setNetwork(ctx context.Context, _ *Env, sr *StepReport) error {
+	if m.nc.Config.Network == m.to {
+		sr.Addf("%s/%s net-conf.json already holds Network %s", m.nc.Namespace, m.nc.Name, m.to)
+		return nil
+	}
+	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return err
+	}
+	p, err := flannel.PlanNetConf(m.nc, flannel.SetNetworkRequest{Network: m.to}, nodes)
+	if err != nil {
+		return err
+	}
+	sr.Details = append(sr.Details, fmt.Sprintf("%s/%s key %s:", p.Namespace, p.Name, p.Key), "before: "+p.OldRaw, "after:  "+p.NewRaw)
+	for _, w := range p.Warnings {
+		sr.Addf("warning: %s", w)
+	}
+	if len(p.NodesOutside) > 0 {
+		sr.Addf("warning: %d node(s) outside the new Network: %s", len(p.NodesOutside), strings.Join(p.NodesOutside, ", "))
+	}
+	if m.mode == ModePlan {
+		return nil
+	}
+	if m.mode == ModeApply {
+		if err := m.j.Put(flKeyNetConf, p.OldRaw); err != nil {
+			return err
+		}
+	}
+	dry := flannel.DryRunNone
+	if m.mode == ModeServerDryRun {
+		dry = flannel.DryRunServer
+	}
+	res, err := flannel.ApplyNetConf(ctx, m.o.Kube, p, flannel.KubeApplyOptions{DryRun: dry})
+	if res != nil {
+		sr.Addf("net-conf.json: %s", res.Outcome)
+	}
+	return err
+}
+
+// --- step 3: kube-controller-manager ---
+
+func (m *FlannelPodCIDRMigration) controllerManager(ctx context.Context, _ *Env, sr *StepReport) error {
+	if err := m.kubeadmConfigMaps(ctx, sr); err != nil {
+		return err
+	}
+	want := m.to.String()
+	changes := []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: want}}
+	target := filepath.Join(kubeadmcfg.DefaultManifestDir, kubeadmcfg.ControllerManagerManifest)
+	var instr []string
+	if m.o.Manifests != "" {
+		path := filepath.Join(m.o.Manifests, kubeadmcfg.ControllerManagerManifest)
+		mf, err := kubeadmcfg.ReadManifestFile(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			sr.Details = append(sr.Details, path+": not found, skipped")
+		case err != nil:
+			return err
+		default:
+			before := slices.Clone(mf.Bytes())
+			if err := mf.Apply(changes); err != nil {
+				return err
+			}
+			if diff := kubeadmcfg.UnifiedDiff(target, target, before, mf.Bytes()); diff != "" {
+				sr.Details = append(sr.Details, "diff for "+target+":\n"+diff)
+			} else {
+				sr.Details = append(sr.Details, path+" already has --cluster-cidr="+want)
+			}
+			if m.o.Out != "" {
+				if err := os.MkdirAll(m.o.Out, 0o755); err != nil {
+					return err
+				}
+				outPath := filepath.Join(m.o.Out, kubeadmcfg.ControllerManagerManifest)
+				if err := kubeadmcfg.WriteFileAtomic(outPath, mf.Bytes()); err != nil {
+					return err
+				}
+				sr.Details = append(sr.Details, "wrote "+outPath)
+				instr = append(instr, fmt.Sprintf("copy %s to %s on every control-plane node (the kubelet restarts the static pod)", outPath, target))
+			}
+		}
+	}
+	if len(instr) == 0 {
+		instr = append(instr, fmt.Sprintf("on every control-plane node, set --cluster-cidr=%s in %s (the kubelet restarts kube-controller-manager); keep --node-cidr-mask-size", want, target))
+	}
+	instr = append(instr, fmt.Sprintf("every node's podCIDR lies in %s, which %s contains, so kube-controller-manager starts with the new flag", m.from, want))
+	if m.mode != ModeApply {
+		sr.Details = append(sr.Details, instr...)
+		sr.Details = append(sr.Details, "the runbook stops here (exit 3) until it observes the new flag, or is rerun with --continue")
+		sr.Status = StatusOperator
+		return nil
+	}
+	observed, why, err := m.observeFlag(ctx)
+	if err != nil {
+		return err
+	}
+	if observed {
+		sr.Details = append(sr.Details, "observed: "+why)
+		return nil
+	}
+	if m.o.Continue {
+		sr.Details = append(sr.Details, "not observed ("+why+"); --continue given: the operator confirmed the restart")
+		sr.Note = sr.Details[len(sr.Details)-1]
+		return nil
+	}
+	sr.Details = append(sr.Details, "not observed yet: "+why)
+	return &Pause{
+		Step:         FlannelStepControllerManager,
+		Instructions: instr,
+		Observed:     why,
+		Resume:       "rerun the same command: it goes on once the kube-controller-manager mirror pod in kube-system runs with --cluster-cidr=" + want + "; add --continue if it cannot see it",
+	}
+}
+
+// kubeadmConfigMaps updates kubeadm-config podSubnet and kube-proxy's
+// clusterCIDR when those ConfigMaps exist. The plan is journaled before
+// Apply and reused, so a run killed between the two updates finishes them.
+func (m *FlannelPodCIDRMigration) kubeadmConfigMaps(ctx context.Context, sr *StepReport) error {
+	snap, err := kubeadmcfg.Read(ctx, m.o.Kube, kubeadmcfg.ReadOptions{})
+	if err != nil {
+		return err
+	}
+	if snap.Kubeadm == nil && snap.KubeProxy == nil {
+		sr.Addf("no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
+		return nil
+	}
+	kp := &kubeadmcfg.Plan{}
+	found := false
+	if m.mode == ModeApply {
+		if found, err = m.j.Get(keyKubeadmPlan, kp); err != nil {
+			return err
+		}
+	}
+	if !found {
+		kp, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: m.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
+		if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
+			sr.Addf("kubeadm ConfigMaps already hold %s", m.to)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if m.mode == ModeApply {
+			if err := m.j.Put(keyKubeadmPlan, kp); err != nil {
+				return err
+			}
+		}
+	}
+	var edits []string
+	for _, e := range kp.ConfigMapEdits {
+		if e.ID != kubeadmcfg.EditKubeadmConfig && e.ID != kubeadmcfg.EditKubeProxy {
+			continue
+		}
+		edits = append(edits, e.ID)
+		sr.Addf("%s/%s %s: %s", e.Ref.Namespace, e.Ref.Name, e.Ref.Key, strings.Join(e.Changes, "; "))
+	}
+	if len(edits) == 0 {
+		sr.Addf("kubeadm ConfigMaps: nothing to change")
+		return nil
+	}
+	dry := map[Mode]kubeadmcfg.DryRun{ModePlan: kubeadmcfg.DryRunClient, ModeServerDryRun: kubeadmcfg.DryRunServer}[m.mode]
+	res, err := kubeadmcfg.Apply(ctx, m.o.Kube, kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits})
+	for _, e := range res.Events {
+		sr.Addf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome)
+	}
+	return err
+}
+
+// observeFlag decides from the API whether kube-controller-manager runs
+// with the new --cluster-cidr: every kube-controller-manager mirror pod in
+// kube-system (label component=kube-controller-manager) carries it.
+func (m *FlannelPodCIDRMigration) observeFlag(ctx context.Context) (bool, string, error) {
+	pods, err := m.o.Kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "component=" + cidr.KubeControllerManager})
+	if err != nil {
+		return false, "", fmt.Errorf("listing kube-controller-manager pods: %w", err)
+	}
+	var names, stale []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		names = append(names, p.Name)
+		args, _, err := nodecidr.ParseControllerManagerArgs(flPodArgs(p))
+		v := args.ClusterCIDR
+		if err != nil || !flSameCIDR(v, m.to) {
+			stale = append(stale, fmt.Sprintf("%s has --cluster-cidr=%s", p.Name, v))
+		}
+	}
+	if len(names) == 0 {
+		return false, "no kube-controller-manager mirror pod in kube-system (label component=kube-controller-manager)", nil
+	}
+	if len(stale) > 0 {
+		return false, strings.Join(stale, "; "), nil
+	}
+	return true, fmt.Sprintf("every kube-controller-manager pod (%s) runs with --cluster-cidr=%s", strings.Join(names, ", "), m.to), nil
+}
+
+// flSameCIDR compares a flag value, read leniently as
+// kube-controller-manager does, with the wanted network.
+func flSameCIDR(v string, want netip.Prefix) bool {
+	ps, _, err := cidr.ParseListLenient(v)
+	return err == nil && len(ps) >= 1 && ps[0] == want
+}
+
+// flPodArgs is the command line of a kube-controller-manager pod.
+func flPodArgs(p *corev1.Pod) []string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == cidr.KubeControllerManager || len(p.Spec.Containers) == 1 {
+			return append(slices.Clone(c.Command), c.Args...)
+		}
+	}
+	return nil
+}
+
+// --- step 5: host clean-up, flanneld restart, verify ---
+
+// FlannelHostPlan is the host work one node needs because the migration
+// moved its subnet: flannel.CleanupSteps for the move. The host-cleanup
+// step prints it for a person; a node agent can carry out the same data.
+type FlannelHostPlan struct {
+	// Node is the node's name.
+	Node string `json:"node"`
+	// From is the subnet the node had; it is invalid when the node had no
+	// podCIDR, and then Steps is empty: its flanneld only needed the restart
+	// done when the node got one.
+	From netip.Prefix `json:"from,omitzero"`
+	// To is the node's subnet now.
+	To netip.Prefix `json:"to"`
+	// Steps are the host steps, in order.
+	Steps []flannel.HostStep `json:"steps,omitempty"`
+}
+
+// HostPlans returns the host plan of every node the fix-podcidrs and
+// rewrite-nodes steps moved (or, before they run, would move), sorted by
+// node name; a node both steps moved appears once, from its first subnet
+// to its last. It is complete once both steps have run in this run or an
+// earlier run of the same journal.
+func (m *FlannelPodCIDRMigration) HostPlans() []FlannelHostPlan {
+	var cfg flannel.Config
+	if m.nc != nil && m.nc.Config != nil {
+		cfg = *m.nc.Config
+	}
+	return flHostPlans(cfg, m.o.Namespace, m.fixPlan, m.rebasePlan)
+}
+
+// flHostPlans turns the node moves of plans, in the order they were
+// carried out, into per-node host plans for a flannel with config cfg
+// whose pods live in namespace.
+func flHostPlans(cfg flannel.Config, namespace string, plans ...*nodecidr.Plan) []FlannelHostPlan {
+	last := map[string]FlannelHostPlan{}
+	for _, p := range plans {
+		if p == nil {
+			continue
+		}
+		for _, s := range p.Steps {
+			h := FlannelHostPlan{Node: s.Node}
+			if len(s.OldPodCIDRs) > 0 {
+				h.From, _, _ = cidr.ParseLenient(s.OldPodCIDRs[0])
+			}
+			if len(s.NewPodCIDRs) > 0 {
+				h.To, _, _ = cidr.ParseLenient(s.NewPodCIDRs[0])
+			}
+			if prev, ok := last[s.Node]; ok && prev.From.IsValid() {
+				h.From = prev.From
+			}
+			last[s.Node] = h
+		}
+	}
+	out := make([]FlannelHostPlan, 0, len(last))
+	for _, h := range last {
+		if h.From.IsValid() {
+			h.Steps = flannel.CleanupSteps(flannel.CleanupOptions{
+				Node: h.Node, From: flannel.SubnetKey{IPv4: h.From}, To: flannel.SubnetKey{IPv4: h.To},
+				BackendType: cfg.BackendType, Backend: cfg.Backend, KubeSubnetManager: true, Namespace: namespace,
+			})
+		}
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+func (m *FlannelPodCIDRMigration) hostCleanup(ctx context.Context, _ *Env, sr *StepReport) error {
+	plans := m.HostPlans()
+	for _, h := range plans {
+		if !h.From.IsValid() {
+			sr.Addf("node %s had no podCIDR (now %s): its flanneld only needed the restart done in its step", h.Node, h.To)
+			continue
+		}
+		sr.Addf("node %s moved %s -> %s; on the node:", h.Node, h.From, h.To)
+		for _, s := range h.Steps {
+			sr.Addf("  [%s] %s   # %s", s.Where, s.Command, s.Why)
+		}
+	}
+	if len(plans) == 0 {
+		sr.Addf("no node's subnet moved: no host clean-up")
+	}
+	return m.restartFlannel(ctx, sr)
+}
+
+// restartFlannel rolls the flannel DaemonSet(s) so every flanneld reads the
+// new Network (it reads net-conf.json only at start).
+func (m *FlannelPodCIDRMigration) restartFlannel(ctx context.Context, sr *StepReport) error {
+	dss, err := m.o.Kube.AppsV1().DaemonSets(m.o.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing DaemonSets in %s: %w", m.o.Namespace, err)
+	}
+	// Only flannel's DaemonSets: the namespace may be kube-system, where a
+	// rolling restart of everything else would be an unasked-for change.
+	sel, err := labels.Parse(m.o.FlannelSelector)
+	if err != nil {
+		return inputf("--flannel-selector %q: %v", m.o.FlannelSelector, err)
+	}
+	var flannelDS []appsv1.DaemonSet
+	for _, ds := range dss.Items {
+		if sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+			flannelDS = append(flannelDS, ds)
+		}
+	}
+	if len(flannelDS) == 0 {
+		sr.Addf("no DaemonSet in namespace %s runs pods matching --flannel-selector %s: restart every flanneld by hand so it reads Network %s", m.o.Namespace, m.o.FlannelSelector, m.to)
+		return nil
+	}
+	for _, ds := range flannelDS {
+		if m.mode == ModePlan {
+			sr.Addf("kubectl -n %s rollout restart daemonset/%s (every flanneld reads Network %s at start)", ds.Namespace, ds.Name, m.to)
+			continue
+		}
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, FlannelRestartedAtAnnotation, time.Now().UTC().Format(time.RFC3339))
+		opts := metav1.PatchOptions{}
+		if m.mode == ModeServerDryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		if _, err := m.o.Kube.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.StrategicMergePatchType, []byte(patch), opts); err != nil {
+			return fmt.Errorf("restarting DaemonSet %s/%s: %w", ds.Namespace, ds.Name, err)
+		}
+		sr.Addf("rolling restart of DaemonSet %s/%s", ds.Namespace, ds.Name)
+	}
+	return nil
+}
+
+// verify is host-cleanup's proof of the end state: no duplicate or missing
+// podCIDR, every node inside the new Network, net-conf.json holding it. The
+// Runner reports its error as "verify: ...".
+func (m *FlannelPodCIDRMigration) verify(ctx context.Context, _ *Env, sr *StepReport) error {
+	nc, err := flannel.ReadNetConf(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return err
+	}
+	if nc.Config == nil || nc.Config.Network != m.to {
+		return fmt.Errorf("net-conf.json does not hold Network %s", m.to)
+	}
+	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, f := range flannel.AuditKube(nc, nodes).Findings {
+		if f.Severity == cidr.SeverityError {
+			problems = append(problems, f.String())
+		}
+	}
+	rep, err := nodecidr.Audit(ctx, m.o.Kube, nodecidr.AuditOptions{})
+	if err != nil {
+		return err
+	}
+	for _, f := range rep.Findings {
+		if f.Severity == cidr.SeverityError {
+			problems = append(problems, f.String())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	sr.Addf("verified: %d nodes, every podCIDR unique and inside %s", len(nodes), m.to)
+	return nil
+}
