@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +51,6 @@ const CalicoDefaultOldPool = "default-ipv4-ippool"
 const (
 	calKeyCalicoPlan  = "calico-plan"
 	calKeyNodePlan    = "nodecidr-plan"
-	calKeyKubeadmPlan = "kubeadmcfg-plan"
 )
 
 // CalicoPodCIDROptions asks for a move of a kubeadm + Calico cluster's pod
@@ -219,20 +216,8 @@ func (o CalicoPodCIDROptions) Validate() error {
 	default:
 		return inputf("--move %q: want rollout or evict", o.Move)
 	}
-	if o.Out != "" && o.Manifests == "" {
-		return inputf("--out %s needs --manifests DIR: the manifests to rewrite", o.Out)
-	}
-	if o.Manifests != "" {
-		if st, err := os.Stat(o.Manifests); err != nil || !st.IsDir() {
-			return inputf("--manifests %s: not a directory", o.Manifests)
-		}
-	}
-	if o.Out != "" {
-		a, _ := filepath.Abs(o.Out)
-		b, _ := filepath.Abs(o.Manifests)
-		if a == b {
-			return inputf("--out must differ from --manifests: the runbook never rewrites manifests in place")
-		}
+	if err := checkManifestDirs(o.Manifests, o.Out); err != nil {
+		return err
 	}
 	if o.NodeMask < 0 || o.NodeMask > 32 {
 		return inputf("--node-mask %d: want 1-32 (IPv4)", o.NodeMask)
@@ -828,48 +813,8 @@ func (m *CalicoPodCIDRMigration) kubeadmConfig(ctx context.Context, _ *Env, sr *
 		sr.Details = append(sr.Details, "no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
-	// A run killed between the two ConfigMap updates would plan nothing for
-	// the first one: the plan is journaled before Apply and reused.
-	kp := &kubeadmcfg.Plan{}
-	found := false
-	if m.j != nil && m.mode == ModeApply {
-		if found, err = m.j.Get(calKeyKubeadmPlan, kp); err != nil {
-			return err
-		}
-	}
-	if !found {
-		kp, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: m.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
-		if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
-			sr.Details = append(sr.Details, "kubeadm ConfigMaps already hold "+m.to.String())
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if m.mode == ModeApply {
-			if err := m.j.Put(calKeyKubeadmPlan, kp); err != nil {
-				return err
-			}
-		}
-	}
-	var edits []string
-	for _, e := range kp.ConfigMapEdits {
-		if e.ID != kubeadmcfg.EditKubeadmConfig && e.ID != kubeadmcfg.EditKubeProxy {
-			continue
-		}
-		edits = append(edits, e.ID)
-		sr.Addf("%s: %s", e.Ref, strings.Join(e.Changes, "; "))
-	}
-	if len(edits) == 0 {
-		sr.Details = append(sr.Details, "kubeadm ConfigMaps: nothing to change")
-		return nil
-	}
-	dry := map[Mode]kubeadmcfg.DryRun{ModePlan: kubeadmcfg.DryRunClient, ModeServerDryRun: kubeadmcfg.DryRunServer}[m.mode]
-	res, err := kubeadmcfg.Apply(ctx, m.kube(), kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits})
-	for _, e := range res.Events {
-		sr.Addf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome)
-	}
-	return err
+	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.kube(), snap, m.mode, m.j, sr)
 }
 
 // --- step 6: kube-controller-manager --cluster-cidr (operator) ---
@@ -878,77 +823,36 @@ func (m *CalicoPodCIDRMigration) controllerManagerFlags(ctx context.Context, env
 	flagValue := m.to.String()
 	var instr []string
 	if m.o.Manifests != "" {
-		path := filepath.Join(m.o.Manifests, kubeadmcfg.ControllerManagerManifest)
-		mf, err := kubeadmcfg.ReadManifestFile(path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			sr.Details = append(sr.Details, path+": not found, skipped")
-		case err != nil:
+		in, err := renderManifest(m.o.Manifests, m.o.Out, kubeadmcfg.ControllerManagerManifest, []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: flagValue}}, sr)
+		if err != nil {
 			return err
-		default:
-			before := slices.Clone(mf.Bytes())
-			if err := mf.Apply([]kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: flagValue}}); err != nil {
-				return err
-			}
-			target := filepath.Join(kubeadmcfg.DefaultManifestDir, kubeadmcfg.ControllerManagerManifest)
-			if diff := kubeadmcfg.UnifiedDiff(target, target, before, mf.Bytes()); diff != "" {
-				sr.Details = append(sr.Details, "diff for "+target+":\n"+diff)
-			} else {
-				sr.Details = append(sr.Details, path+" already has --cluster-cidr="+flagValue)
-			}
-			if m.o.Out != "" {
-				if err := os.MkdirAll(m.o.Out, 0o755); err != nil {
-					return err
-				}
-				outPath := filepath.Join(m.o.Out, kubeadmcfg.ControllerManagerManifest)
-				if err := kubeadmcfg.WriteFileAtomic(outPath, mf.Bytes()); err != nil {
-					return err
-				}
-				sr.Details = append(sr.Details, "wrote "+outPath)
-				instr = append(instr, fmt.Sprintf("copy %s to %s on every control-plane node (the kubelet restarts kube-controller-manager)", outPath, target))
-			}
+		}
+		if in != "" {
+			instr = append(instr, in)
 		}
 	}
 	if len(instr) == 0 {
 		instr = append(instr, fmt.Sprintf("on every control-plane node, set --cluster-cidr=%s in %s (the kubelet restarts kube-controller-manager)",
 			flagValue, filepath.Join(kubeadmcfg.DefaultManifestDir, kubeadmcfg.ControllerManagerManifest)))
 	}
-	if m.mode != ModeApply {
-		sr.Details = append(sr.Details, instr...)
-		sr.Details = append(sr.Details, "the runbook stops here (exit 3) until it observes the new flag, or is rerun with --continue")
-		sr.Status = StatusOperator
-		return nil
-	}
-	// The last word before the restart: every live node lies in the new
-	// range, so kube-controller-manager starts with the new flag.
-	pf, err := nodecidr.PreflightCluster(ctx, m.kube(), m.newFlags(), nodecidr.ListOptions{})
-	if err != nil {
-		return err
-	}
-	if !pf.WouldStart {
-		return fmt.Errorf("do not restart kube-controller-manager yet: with --cluster-cidr=%s it would exit: %s", flagValue, calPreflightProblems(pf))
-	}
-	sr.Details = append(sr.Details, "every node lies in "+flagValue+": kube-controller-manager will start with the new flag")
-	observed, why, err := m.observeFlags(ctx, env)
-	if err != nil {
-		return err
-	}
-	if observed {
-		sr.Details = append(sr.Details, "observed: "+why)
-		sr.Note = sr.Details[len(sr.Details)-1]
-		return nil
-	}
-	if m.o.Continue {
-		sr.Details = append(sr.Details, "not observed ("+why+"); --continue given: the operator confirmed the restart")
-		sr.Note = sr.Details[len(sr.Details)-1]
-		return nil
-	}
-	sr.Details = append(sr.Details, "not observed yet: "+why)
 	resume := "rerun the same command: it goes on once it sees the new flag on the kube-controller-manager mirror pods"
 	if m.o.ProbeNode {
 		resume += " or on the podCIDR of a probe Node"
 	}
-	return &Pause{Step: CalicoStepFlags, Instructions: instr, Observed: why, Resume: resume + "; add --continue if it cannot see it"}
+	observe := func(ctx context.Context) (bool, string, error) {
+		// The last word before the restart: every live node lies in the new
+		// range, so kube-controller-manager starts with the new flag.
+		pf, err := nodecidr.PreflightCluster(ctx, m.kube(), m.newFlags(), nodecidr.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if !pf.WouldStart {
+			return false, "", fmt.Errorf("do not restart kube-controller-manager yet: with --cluster-cidr=%s it would exit: %s", flagValue, calPreflightProblems(pf))
+		}
+		sr.Addf("every node lies in %s: kube-controller-manager will start with the new flag", flagValue)
+		return m.observeFlags(ctx, env)
+	}
+	return operatorGate{step: CalicoStepFlags, instr: instr, observe: observe, cont: m.o.Continue, resume: resume}.run(ctx, m.mode, sr)
 }
 
 // observeFlags decides from the API whether kube-controller-manager runs with

@@ -196,20 +196,8 @@ func (o FlannelPodCIDROptions) Validate() error {
 	if o.RewriteNodes && !o.NodeRange.IsValid() {
 		return inputf("--rewrite-nodes needs --node-range: the range inside --network %s the nodes' subnets move to", o.Network)
 	}
-	if o.Out != "" && o.Manifests == "" {
-		return inputf("--out %s needs --manifests DIR: the manifests to rewrite", o.Out)
-	}
-	if o.Manifests != "" {
-		if st, err := os.Stat(o.Manifests); err != nil || !st.IsDir() {
-			return inputf("--manifests %s: not a directory", o.Manifests)
-		}
-		if o.Out != "" {
-			a, _ := filepath.Abs(o.Out)
-			b, _ := filepath.Abs(o.Manifests)
-			if a == b {
-				return inputf("--out must differ from --manifests: the runbook never rewrites manifests in place")
-			}
-		}
+	if err := checkManifestDirs(o.Manifests, o.Out); err != nil {
+		return err
 	}
 	if o.NodeMask < 0 || o.NodeMask > 32 {
 		return inputf("--node-mask %d: want 1..32", o.NodeMask)
@@ -796,70 +784,24 @@ func (m *FlannelPodCIDRMigration) controllerManager(ctx context.Context, _ *Env,
 		return err
 	}
 	want := m.to.String()
-	changes := []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: want}}
 	target := filepath.Join(kubeadmcfg.DefaultManifestDir, kubeadmcfg.ControllerManagerManifest)
 	var instr []string
 	if m.o.Manifests != "" {
-		path := filepath.Join(m.o.Manifests, kubeadmcfg.ControllerManagerManifest)
-		mf, err := kubeadmcfg.ReadManifestFile(path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			sr.Details = append(sr.Details, path+": not found, skipped")
-		case err != nil:
+		in, err := renderManifest(m.o.Manifests, m.o.Out, kubeadmcfg.ControllerManagerManifest, []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: want}}, sr)
+		if err != nil {
 			return err
-		default:
-			before := slices.Clone(mf.Bytes())
-			if err := mf.Apply(changes); err != nil {
-				return err
-			}
-			if diff := kubeadmcfg.UnifiedDiff(target, target, before, mf.Bytes()); diff != "" {
-				sr.Details = append(sr.Details, "diff for "+target+":\n"+diff)
-			} else {
-				sr.Details = append(sr.Details, path+" already has --cluster-cidr="+want)
-			}
-			if m.o.Out != "" {
-				if err := os.MkdirAll(m.o.Out, 0o755); err != nil {
-					return err
-				}
-				outPath := filepath.Join(m.o.Out, kubeadmcfg.ControllerManagerManifest)
-				if err := kubeadmcfg.WriteFileAtomic(outPath, mf.Bytes()); err != nil {
-					return err
-				}
-				sr.Details = append(sr.Details, "wrote "+outPath)
-				instr = append(instr, fmt.Sprintf("copy %s to %s on every control-plane node (the kubelet restarts the static pod)", outPath, target))
-			}
+		}
+		if in != "" {
+			instr = append(instr, in)
 		}
 	}
 	if len(instr) == 0 {
 		instr = append(instr, fmt.Sprintf("on every control-plane node, set --cluster-cidr=%s in %s (the kubelet restarts kube-controller-manager); keep --node-cidr-mask-size", want, target))
 	}
 	instr = append(instr, fmt.Sprintf("every node's podCIDR lies in %s, which %s contains, so kube-controller-manager starts with the new flag", m.from, want))
-	if m.mode != ModeApply {
-		sr.Details = append(sr.Details, instr...)
-		sr.Details = append(sr.Details, "the runbook stops here (exit 3) until it observes the new flag, or is rerun with --continue")
-		sr.Status = StatusOperator
-		return nil
-	}
-	observed, why, err := m.observeFlag(ctx)
-	if err != nil {
-		return err
-	}
-	if observed {
-		sr.Details = append(sr.Details, "observed: "+why)
-		return nil
-	}
-	if m.o.Continue {
-		sr.Details = append(sr.Details, "not observed ("+why+"); --continue given: the operator confirmed the restart")
-		sr.Note = sr.Details[len(sr.Details)-1]
-		return nil
-	}
-	sr.Details = append(sr.Details, "not observed yet: "+why)
-	return &Pause{
-		Step:         FlannelStepControllerManager,
-		Instructions: instr,
-		Observed:     why,
-		Resume:       "rerun the same command: it goes on once the kube-controller-manager mirror pod in kube-system runs with --cluster-cidr=" + want + "; add --continue if it cannot see it",
-	}
+	return operatorGate{step: FlannelStepControllerManager, instr: instr, observe: m.observeFlag, cont: m.o.Continue,
+		resume: "rerun the same command: it goes on once the kube-controller-manager mirror pod in kube-system runs with --cluster-cidr=" + want,
+	}.run(ctx, m.mode, sr)
 }
 
 // kubeadmConfigMaps updates kubeadm-config podSubnet and kube-proxy's
@@ -874,46 +816,8 @@ func (m *FlannelPodCIDRMigration) kubeadmConfigMaps(ctx context.Context, sr *Ste
 		sr.Addf("no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
-	kp := &kubeadmcfg.Plan{}
-	found := false
-	if m.mode == ModeApply {
-		if found, err = m.j.Get(keyKubeadmPlan, kp); err != nil {
-			return err
-		}
-	}
-	if !found {
-		kp, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: m.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
-		if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
-			sr.Addf("kubeadm ConfigMaps already hold %s", m.to)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if m.mode == ModeApply {
-			if err := m.j.Put(keyKubeadmPlan, kp); err != nil {
-				return err
-			}
-		}
-	}
-	var edits []string
-	for _, e := range kp.ConfigMapEdits {
-		if e.ID != kubeadmcfg.EditKubeadmConfig && e.ID != kubeadmcfg.EditKubeProxy {
-			continue
-		}
-		edits = append(edits, e.ID)
-		sr.Addf("%s/%s %s: %s", e.Ref.Namespace, e.Ref.Name, e.Ref.Key, strings.Join(e.Changes, "; "))
-	}
-	if len(edits) == 0 {
-		sr.Addf("kubeadm ConfigMaps: nothing to change")
-		return nil
-	}
-	dry := map[Mode]kubeadmcfg.DryRun{ModePlan: kubeadmcfg.DryRunClient, ModeServerDryRun: kubeadmcfg.DryRunServer}[m.mode]
-	res, err := kubeadmcfg.Apply(ctx, m.o.Kube, kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits})
-	for _, e := range res.Events {
-		sr.Addf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome)
-	}
-	return err
+	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.o.Kube, snap, m.mode, m.j, sr)
 }
 
 // observeFlag decides from the API whether kube-controller-manager runs

@@ -143,20 +143,8 @@ func (o ServiceCIDROptions) Validate() error {
 	if len(o.To) == 0 {
 		return inputf("--to is required: the new Service range, e.g. --to 172.24.0.0/15")
 	}
-	if o.Out != "" && o.Manifests == "" {
-		return inputf("--out %s needs --manifests DIR: the manifests to rewrite", o.Out)
-	}
-	if o.Manifests != "" {
-		if st, err := os.Stat(o.Manifests); err != nil || !st.IsDir() {
-			return inputf("--manifests %s: not a directory", o.Manifests)
-		}
-	}
-	if o.Out != "" {
-		a, _ := filepath.Abs(o.Out)
-		b, _ := filepath.Abs(o.Manifests)
-		if a == b {
-			return inputf("--out must differ from --manifests: the runbook never rewrites manifests in place")
-		}
+	if err := checkManifestDirs(o.Manifests, o.Out); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string
@@ -551,52 +539,13 @@ func (m *ServiceCIDRMigration) nodeConfig(ctx context.Context, _ *Env, sr *StepR
 		sr.Details = append(sr.Details, "no kubeadm-config or kubelet-config ConfigMap: nothing to update in the API")
 		return nil
 	}
-	// A run killed between the two ConfigMap updates leaves kubeadm-config
-	// with the new range, and a fresh plan would then see nothing to do
-	// for kubelet-config: the plan is journaled before Apply and reused.
-	kp := &kubeadmcfg.Plan{}
-	found := false
-	if m.j != nil && m.mode == ModeApply {
-		if found, err = m.j.Get(keyKubeadmPlan, kp); err != nil {
-			return err
-		}
-	}
-	if !found {
-		kp, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{ServiceSubnet: prefixes(m.to)}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
-		if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
-			sr.Details = append(sr.Details, "kubeadm ConfigMaps already hold "+prefixes(m.to))
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if m.j != nil && m.mode == ModeApply {
-			if err := m.j.Put(keyKubeadmPlan, kp); err != nil {
-				return err
+	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{ServiceSubnet: prefixes(m.to)},
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeletConfig},
+		check: func(kp *kubeadmcfg.Plan, sr *StepReport) {
+			if dnsNew != nil && kp.Target.ClusterDNS != nil && !slices.Equal(dnsNew, kp.Target.ClusterDNS) {
+				sr.Addf("warning: kubelet-config clusterDNS would become %v but the DNS Service moved to %v", kp.Target.ClusterDNS, dnsNew)
 			}
-		}
-	}
-	if dnsNew != nil && kp.Target.ClusterDNS != nil && !slices.Equal(dnsNew, kp.Target.ClusterDNS) {
-		sr.Details = append(sr.Details, fmt.Sprintf("warning: kubelet-config clusterDNS would become %v but the DNS Service moved to %v", kp.Target.ClusterDNS, dnsNew))
-	}
-	var edits []string
-	for _, e := range kp.ConfigMapEdits {
-		if e.ID != kubeadmcfg.EditKubeadmConfig && e.ID != kubeadmcfg.EditKubeletConfig {
-			continue
-		}
-		edits = append(edits, e.ID)
-		sr.Details = append(sr.Details, fmt.Sprintf("%s: %s", e.Ref, strings.Join(e.Changes, "; ")))
-	}
-	if len(edits) == 0 {
-		sr.Details = append(sr.Details, "kubeadm ConfigMaps: nothing to change")
-		return nil
-	}
-	dry := map[Mode]kubeadmcfg.DryRun{ModePlan: kubeadmcfg.DryRunClient, ModeServerDryRun: kubeadmcfg.DryRunServer}[m.mode]
-	res, err := kubeadmcfg.Apply(ctx, m.kube(), kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits})
-	for _, e := range res.Events {
-		sr.Details = append(sr.Details, fmt.Sprintf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome))
-	}
-	return err
+		}}.run(ctx, m.kube(), snap, m.mode, m.j, sr)
 }
 
 func manualLine(m servicecidr.ManualStep) string {
@@ -615,35 +564,12 @@ func (m *ServiceCIDRMigration) controlPlaneFlags(ctx context.Context, _ *Env, sr
 	var instr []string
 	if m.o.Manifests != "" {
 		for _, name := range []string{kubeadmcfg.APIServerManifest, kubeadmcfg.ControllerManagerManifest} {
-			path := filepath.Join(m.o.Manifests, name)
-			mf, err := kubeadmcfg.ReadManifestFile(path)
-			if errors.Is(err, os.ErrNotExist) {
-				sr.Details = append(sr.Details, path+": not found, skipped")
-				continue
-			}
+			in, err := renderManifest(m.o.Manifests, m.o.Out, name, changes, sr)
 			if err != nil {
 				return err
 			}
-			before := slices.Clone(mf.Bytes())
-			if err := mf.Apply(changes); err != nil {
-				return err
-			}
-			target := filepath.Join(kubeadmcfg.DefaultManifestDir, name)
-			if diff := kubeadmcfg.UnifiedDiff(target, target, before, mf.Bytes()); diff != "" {
-				sr.Details = append(sr.Details, "diff for "+target+":\n"+diff)
-			} else {
-				sr.Details = append(sr.Details, path+" already has --service-cluster-ip-range="+flagValue)
-			}
-			if m.o.Out != "" {
-				if err := os.MkdirAll(m.o.Out, 0o755); err != nil {
-					return err
-				}
-				outPath := filepath.Join(m.o.Out, name)
-				if err := kubeadmcfg.WriteFileAtomic(outPath, mf.Bytes()); err != nil {
-					return err
-				}
-				sr.Details = append(sr.Details, "wrote "+outPath)
-				instr = append(instr, fmt.Sprintf("copy %s to %s on every control-plane node (the kubelet restarts the static pod)", outPath, target))
+			if in != "" {
+				instr = append(instr, in)
 			}
 		}
 	}
@@ -661,32 +587,9 @@ func (m *ServiceCIDRMigration) controlPlaneFlags(ctx context.Context, _ *Env, sr
 		}
 	}
 	instr = append(instr, "restart kube-apiserver before kube-controller-manager; every kube-apiserver must run with the new range before step 6")
-	if m.mode != ModeApply {
-		sr.Details = append(sr.Details, instr...)
-		sr.Details = append(sr.Details, "the runbook stops here (exit 3) until it observes the new flag, or is rerun with --continue")
-		sr.Status = StatusOperator
-		return nil
-	}
-	observed, why, err := m.observeFlags(ctx)
-	if err != nil {
-		return err
-	}
-	if observed {
-		sr.Details = append(sr.Details, "observed: "+why)
-		return nil
-	}
-	if m.o.Continue {
-		sr.Details = append(sr.Details, "not observed ("+why+"); --continue given: the operator confirmed the restart")
-		sr.Note = sr.Details[len(sr.Details)-1]
-		return nil
-	}
-	sr.Details = append(sr.Details, "not observed yet: "+why)
-	return &Pause{
-		Step:         ServiceCIDRStepFlags,
-		Instructions: instr,
-		Observed:     why,
-		Resume:       "rerun the same command: it goes on once it sees the new flag (kube-apiserver mirror pods, or kube-apiserver's " + ReasonServiceCIDRInconsistent + " event); add --continue if it cannot see it",
-	}
+	return operatorGate{step: ServiceCIDRStepFlags, instr: instr, observe: m.observeFlags, cont: m.o.Continue,
+		resume: "rerun the same command: it goes on once it sees the new flag (kube-apiserver mirror pods, or kube-apiserver's " + ReasonServiceCIDRInconsistent + " event)",
+	}.run(ctx, m.mode, sr)
 }
 
 // observeFlags decides from the API whether kube-apiserver runs with the new
