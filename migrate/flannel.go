@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -26,6 +27,7 @@ import (
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/nodecidr"
+	"github.com/cidrshift/cidrshift/nodenet"
 )
 
 // The steps of the FlannelPodCIDR migration, in order. They are the journal
@@ -103,6 +105,14 @@ type FlannelPodCIDROptions struct {
 	// pods running (default 2m); PollInterval is the period of the waits
 	// (default 1s).
 	HealthTimeout, PollInterval time.Duration
+	// Agents, if set, carry out the host work through the node agents
+	// (examples/nodenet-agent) instead of leaving it to a person: each moved
+	// node's agent right after its pods were restarted (before the health
+	// check, whose pods could not start while cni0 keeps the old gateway),
+	// and in host-cleanup every node's agent (routes to the peers' subnets,
+	// the old ranges' rules and reservations). A node without an agent gets
+	// the same request printed as the command to run on it (HostSteps).
+	Agents *HostAgents
 }
 
 // FlannelPodCIDRIntent is what a FlannelPodCIDR migration records in its
@@ -591,7 +601,7 @@ func flListOrNone(s []string) string {
 // hooks run after each moved node: restart its flannel pod, restart its
 // workload pods, then wait for it to be healthy before the next node.
 func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
-	return []nodecidr.Hook{
+	hooks := []nodecidr.Hook{
 		nodecidr.DeleteNodePods(m.o.Kube, nodecidr.DeletePodsOptions{Namespace: m.o.Namespace, LabelSelector: m.o.FlannelSelector, IncludeHostNetwork: true}),
 		{
 			Name: "restart-pods",
@@ -601,12 +611,19 @@ func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
 			},
 			Run: m.restartPods,
 		},
-		{
-			Name:        "health-check",
-			Permissions: []nodecidr.Permission{{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "pods"}},
-			Run:         m.waitHealthy,
-		},
 	}
+	if m.o.Agents != nil {
+		hooks = append(hooks, nodecidr.Hook{
+			Name:        "host-agent",
+			Permissions: []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "patch", Resource: "nodes"}, {Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}},
+			Run:         m.agentOnMovedNode,
+		})
+	}
+	return append(hooks, nodecidr.Hook{
+		Name:        "health-check",
+		Permissions: []nodecidr.Permission{{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "pods"}},
+		Run:         m.waitHealthy,
+	})
 }
 
 func flNodePods(ctx context.Context, kube kubernetes.Interface, node string) ([]corev1.Pod, error) {
@@ -935,7 +952,136 @@ func flHostPlans(cfg flannel.Config, namespace string, plans ...*nodecidr.Plan) 
 	return out
 }
 
+// HostWants returns the pod network every node's host must hold at the
+// end of the migration, as the node agents get it: its podCIDR in the new
+// Network, every other node as a peer (its podCIDR and flannel public IP),
+// the old Network, and, for a moved node, the subnet it left.
+func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want, error) {
+	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return nil, err
+	}
+	left := map[string]netip.Prefix{}
+	for _, h := range m.HostPlans() {
+		left[h.Node] = h.From
+	}
+	backend := nodenet.BackendVXLAN
+	if m.nc != nil && m.nc.Config != nil && m.nc.Config.BackendType == nodenet.BackendHostGW {
+		backend = nodenet.BackendHostGW
+	}
+	var out []nodenet.Want
+	for _, n := range nodes {
+		pc, ok := flIPv4(n.PodCIDRs)
+		if !ok {
+			continue
+		}
+		w := nodenet.Want{Node: n.Name, PodCIDR: pc, Network: m.to, Backend: backend, PeersComplete: true}
+		if m.from != m.to {
+			w.OldNetwork = m.from
+		}
+		if old, ok := left[n.Name]; ok && old.IsValid() && old != pc {
+			w.OldPodCIDR = old
+		}
+		if backend == nodenet.BackendVXLAN {
+			var bd struct{ VtepMAC string }
+			if json.Unmarshal([]byte(n.BackendData), &bd) == nil {
+				w.VTEPMAC = bd.VtepMAC
+			}
+		}
+		for _, p := range nodes {
+			if ppc, ok := flIPv4(p.PodCIDRs); ok && p.Name != n.Name {
+				w.Peers = append(w.Peers, nodenet.Peer{Name: p.Name, PodCIDR: ppc, PublicIP: p.PublicIP})
+			}
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+func flIPv4(ps []netip.Prefix) (netip.Prefix, bool) {
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// agentOnMovedNode is the hook that has a moved node's agent fix its host
+// once the node's pods were restarted; a node without an agent is left to
+// the health check (and the printed host steps).
+func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *corev1.Node) error {
+	if m.o.Agents == nil || m.mode != ModeApply {
+		return nil
+	}
+	present, err := m.o.Agents.Present(ctx, node.Name)
+	if err != nil || !present {
+		return err
+	}
+	wants, err := m.HostWants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range wants {
+		if w.Node == node.Name {
+			_, err := m.o.Agents.Apply(ctx, w)
+			return err
+		}
+	}
+	return nil
+}
+
+// agentsCleanup hands every node's want to its agent. It returns the nodes
+// that have none.
+func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepReport) ([]nodenet.Want, error) {
+	wants, err := m.HostWants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var without []nodenet.Want
+	for _, w := range wants {
+		present, err := m.o.Agents.Present(ctx, w.Node)
+		if err != nil {
+			return nil, err
+		}
+		if !present {
+			without = append(without, w)
+			continue
+		}
+		if m.mode != ModeApply {
+			sr.Addf("node %s: its host agent will make the host hold podCIDR %s in Network %s", w.Node, w.PodCIDR, w.Network)
+			continue
+		}
+		st, err := m.o.Agents.Apply(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		sr.Addf("node %s: host agent %s (generation %d, %d action(s))", w.Node, st.Phase, st.Generation, len(st.Actions))
+		for _, d := range st.Deferred {
+			sr.Addf("  deferred until the pods using the old range are gone: %s", d)
+		}
+	}
+	return without, nil
+}
+
 func (m *FlannelPodCIDRMigration) hostCleanup(ctx context.Context, _ *Env, sr *StepReport) error {
+	if m.o.Agents != nil {
+		without, err := m.agentsCleanup(ctx, sr)
+		if err != nil {
+			return err
+		}
+		for _, w := range without {
+			steps, err := HostSteps(w)
+			if err != nil {
+				return err
+			}
+			sr.Addf("node %s has no host agent; run there:", w.Node)
+			for _, s := range steps {
+				sr.Addf("  %s", s)
+			}
+		}
+		return m.restartFlannel(ctx, sr)
+	}
 	plans := m.HostPlans()
 	for _, h := range plans {
 		if !h.From.IsValid() {

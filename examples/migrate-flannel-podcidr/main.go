@@ -74,8 +74,9 @@ func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (k
 type options struct {
 	kubeconfig, kubeContext, output, journalDir, dryRun string
 	network, from, nodeRange                            string
-	apply                                               bool
+	apply, agents                                       bool
 	m                                                   migrate.FlannelPodCIDROptions
+	hosts                                               migrate.HostAgents
 }
 
 // Report is the runbook's output.
@@ -116,6 +117,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 	}
 	if err == nil {
 		o.m.Kube, err = connect(ctx, o.kubeconfig, o.kubeContext)
+		if o.hosts.Kube = o.m.Kube; o.agents {
+			o.m.Agents = &o.hosts
+		}
 	}
 	var m *migrate.FlannelPodCIDRMigration
 	if err == nil {
@@ -184,6 +188,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.m.NodeMask, "node-mask", cidr.DefaultNodeMaskIPv4, "node mask when kube-controller-manager's flags cannot be discovered")
 	fs.DurationVar(&o.m.HealthTimeout, "health-timeout", 2*time.Minute, "how long a moved node may take to be Ready with its pods running")
 	fs.DurationVar(&o.m.PollInterval, "poll-interval", time.Second, "poll period of the waits")
+	fs.BoolVar(&o.agents, "agents", false, "nodes running examples/nodenet-agent get their host work through it (others: the command to run there)")
+	fs.StringVar(&o.hosts.Namespace, "agent-namespace", migrate.DefaultAgentNamespace, "namespace of the node agents' Leases")
+	fs.DurationVar(&o.hosts.Timeout, "agent-timeout", 2*time.Minute, "how long to wait for one node agent's report")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
