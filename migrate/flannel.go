@@ -105,14 +105,6 @@ type FlannelPodCIDROptions struct {
 	// pods running (default 2m); PollInterval is the period of the waits
 	// (default 1s).
 	HealthTimeout, PollInterval time.Duration
-	// Agents, if set, carry out the host work through the node agents
-	// (examples/nodenet-agent) instead of leaving it to a person: each moved
-	// node's agent right after its pods were restarted (before the health
-	// check, whose pods could not start while cni0 keeps the old gateway),
-	// and in host-cleanup every node's agent (routes to the peers' subnets,
-	// the old ranges' rules and reservations). A node without an agent gets
-	// the same request printed as the command to run on it (HostSteps).
-	Agents *HostAgents
 }
 
 // FlannelPodCIDRIntent is what a FlannelPodCIDR migration records in its
@@ -157,6 +149,7 @@ type FlannelPodCIDRMigration struct {
 
 	mode                Mode
 	j                   Journal
+	agents              *HostAgents
 	from, to, nodeRange netip.Prefix
 	nc                  *flannel.NetConf
 	fixPlan, rebasePlan *nodecidr.Plan
@@ -266,7 +259,7 @@ func (m *FlannelPodCIDRMigration) kubeOptions() flannel.KubeOptions {
 // everything the later steps need (preflight), and reads back and checks
 // the node plans an earlier run journaled. It writes nothing.
 func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepared, error) {
-	m.mode, m.j = env.Mode, env.Journal
+	m.mode, m.j, m.agents = env.Mode, env.Journal, env.Agents
 	m.from, m.to, m.nodeRange, m.nc, m.fixPlan, m.rebasePlan = netip.Prefix{}, m.o.Network, netip.Prefix{}, nil, nil, nil
 	if m.o.RewriteNodes {
 		m.nodeRange = m.o.NodeRange
@@ -612,7 +605,7 @@ func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
 			Run: m.restartPods,
 		},
 	}
-	if m.o.Agents != nil {
+	if m.agents != nil {
 		hooks = append(hooks, nodecidr.Hook{
 			Name:        "host-agent",
 			Permissions: []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "patch", Resource: "nodes"}, {Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}},
@@ -1011,10 +1004,10 @@ func flIPv4(ps []netip.Prefix) (netip.Prefix, bool) {
 // once the node's pods were restarted; a node without an agent is left to
 // the health check (and the printed host steps).
 func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *corev1.Node) error {
-	if m.o.Agents == nil || m.mode != ModeApply {
+	if m.agents == nil || m.mode != ModeApply {
 		return nil
 	}
-	present, err := m.o.Agents.Present(ctx, node.Name)
+	present, err := m.agents.Present(ctx, node.Name)
 	if err != nil || !present {
 		return err
 	}
@@ -1024,7 +1017,7 @@ func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *co
 	}
 	for _, w := range wants {
 		if w.Node == node.Name {
-			_, err := m.o.Agents.Apply(ctx, w)
+			_, err := m.agents.Apply(ctx, w)
 			return err
 		}
 	}
@@ -1040,7 +1033,7 @@ func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepRep
 	}
 	var without []nodenet.Want
 	for _, w := range wants {
-		present, err := m.o.Agents.Present(ctx, w.Node)
+		present, err := m.agents.Present(ctx, w.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -1052,7 +1045,7 @@ func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepRep
 			sr.Addf("node %s: its host agent will make the host hold podCIDR %s in Network %s", w.Node, w.PodCIDR, w.Network)
 			continue
 		}
-		st, err := m.o.Agents.Apply(ctx, w)
+		st, err := m.agents.Apply(ctx, w)
 		if err != nil {
 			return nil, err
 		}
@@ -1065,7 +1058,7 @@ func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepRep
 }
 
 func (m *FlannelPodCIDRMigration) hostCleanup(ctx context.Context, _ *Env, sr *StepReport) error {
-	if m.o.Agents != nil {
+	if m.agents != nil {
 		without, err := m.agentsCleanup(ctx, sr)
 		if err != nil {
 			return err

@@ -80,10 +80,10 @@ func TestFlannelHostCleanupThroughAgents(t *testing.T) {
 	defer stop()
 	o := flOptions(cs)
 	o.Continue = true
-	o.Agents = &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
 	m, err := migrate.FlannelPodCIDR(o)
 	require.NoError(t, err)
-	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Agents: agents}).Run(t.Context(), m)
 	require.NoError(t, err)
 	require.False(t, rep.Paused())
 	cleanup := strings.Join(rep.Steps[4].Details, "\n")

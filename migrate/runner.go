@@ -222,7 +222,10 @@ type Env struct {
 	Mode Mode
 	// Journal is nil in ModePlan and ModeServerDryRun without a journal
 	// directory that exists.
-	Journal  Journal
+	Journal Journal
+	// Agents, when set, reach the node agents: a composition hands them the
+	// host work instead of printing it for a person (see HostAgents).
+	Agents   *HostAgents
 	progress func(string)
 }
 
@@ -284,6 +287,13 @@ type Runner struct {
 	// Lock, if set, is held for the whole run in ModeApply and
 	// ModeServerDryRun.
 	Lock Locker
+	// Agents, if set, carry out the host work of the compositions that have
+	// some (FlannelPodCIDR) through the node agents (examples/nodenet-agent)
+	// instead of leaving it to a person: a moved node's agent right after
+	// its pods were restarted, every node's in the final host step. A node
+	// without an agent gets the same request printed as the one command to
+	// run on it (HostSteps).
+	Agents *HostAgents
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -320,7 +330,7 @@ func (r *Runner) run(ctx context.Context, c Composition) (*Report, error) {
 	if now == nil {
 		now = time.Now
 	}
-	env := &Env{Mode: mode, progress: r.Progress}
+	env := &Env{Mode: mode, Agents: r.Agents, progress: r.Progress}
 	rep := &Report{Kind: c.Kind(), Mode: mode}
 	if mode == ModeApply && r.JournalDir == "" {
 		return nil, inputf("a journal directory is required to apply: it records the finished steps and every object before its delete, so a rerun resumes")

@@ -117,9 +117,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 	}
 	if err == nil {
 		o.m.Kube, err = connect(ctx, o.kubeconfig, o.kubeContext)
-		if o.hosts.Kube = o.m.Kube; o.agents {
-			o.m.Agents = &o.hosts
-		}
+		o.hosts.Kube = o.m.Kube
 	}
 	var m *migrate.FlannelPodCIDRMigration
 	if err == nil {
@@ -136,6 +134,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 		mode = migrate.ModeApply
 	}
 	runner := migrate.Runner{Mode: mode, JournalDir: o.journalDir}
+	if o.agents {
+		runner.Agents = &o.hosts
+	}
 	if o.output == "" {
 		runner.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 	}
