@@ -134,7 +134,7 @@ func (h *HostAgents) Present(ctx context.Context, node string) (bool, error) {
 }
 
 // Apply publishes want for its node, unless the same want is published
-// already, and waits until the node's agent reports on it. It returns the
+// already and did not fail, and waits until the node's agent reports on it. It returns the
 // agent's status when it converged or deferred; a failed report or no
 // report within Timeout is an error (ErrHostAgent) that names the node.
 func (h *HostAgents) Apply(ctx context.Context, want nodenet.Want) (*HostStatus, error) {
@@ -150,7 +150,13 @@ func (h *HostAgents) Apply(ctx context.Context, want nodenet.Want) (*HostStatus,
 		}
 	}
 	gen := cur.Generation
-	if !sameWant(cur.Want, want) || gen == 0 {
+	retry := false
+	if gen != 0 && sameWant(cur.Want, want) {
+		// A failed request is asked again: a rerun of the runbook retries.
+		st, err := h.Status(ctx, want.Node)
+		retry = err == nil && st != nil && st.Generation == gen && st.Phase == HostFailed
+	}
+	if !sameWant(cur.Want, want) || gen == 0 || retry {
 		gen++
 		req, err := json.Marshal(HostRequest{Generation: gen, Want: want})
 		if err != nil {
@@ -410,7 +416,10 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 	switch {
 	case verr == nil:
 		st.Phase = HostConverged
-	case errors.As(verr, &nc) && len(st.Deferred) > 0:
+	case errors.As(verr, &nc) && (len(st.Deferred) > 0 || onlyDeferredLeft(ctx, want)):
+		// What is left waits for pods to leave an old range (this round's
+		// deferred actions, or the removal of rules this round added to
+		// keep their addresses): retried every round until they are gone.
 		st.Phase = HostDeferred
 		for _, f := range nc.Findings {
 			st.Findings = append(st.Findings, f.String())
@@ -424,6 +433,25 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 		return fail(verr)
 	}
 	return st
+}
+
+// onlyDeferredLeft reports whether a fresh plan for want holds actions and
+// every one of them is deferred.
+func onlyDeferredLeft(ctx context.Context, want nodenet.Want) bool {
+	rep, err := nodenet.Audit(ctx, want)
+	if err != nil {
+		return false
+	}
+	plan, err := nodenet.NewPlan(rep)
+	if err != nil || len(plan.Actions) == 0 {
+		return false
+	}
+	for _, a := range plan.Actions {
+		if a.Deferred == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // livePods are the pods with their own address on the node (hostNetwork

@@ -192,3 +192,35 @@ func TestAgentCheckNamesMissingPermissions(t *testing.T) {
 	err = (&Agent{Kube: cs}).Check(t.Context())
 	require.ErrorIs(t, err, ErrInvalidInput)
 }
+
+// A request whose agent failed is asked again when the runbook is rerun
+// with the same want: a new generation, not the old failure.
+func TestHostAgentsRetryAFailedRequest(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"))
+	h := &HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	stop := fakeAgent(cs, "w1", HostFailed)
+	_, err := h.Apply(t.Context(), agentWant("w1"))
+	stop()
+	require.ErrorIs(t, err, ErrHostAgent)
+
+	type result struct {
+		st  *HostStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := h.Apply(context.Background(), agentWant("w1"))
+		done <- result{st, err}
+	}()
+	require.Eventually(t, func() bool {
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), "w1", metav1.GetOptions{})
+		var req HostRequest
+		return err == nil && json.Unmarshal([]byte(n.Annotations[HostWantAnnotation]), &req) == nil && req.Generation == 2
+	}, 5*time.Second, time.Millisecond, "the failed request is published again")
+	stop = fakeAgent(cs, "w1", HostConverged)
+	defer stop()
+	r := <-done
+	require.NoError(t, r.err)
+	assert.Equal(t, int64(2), r.st.Generation)
+	assert.Equal(t, HostConverged, r.st.Phase)
+}

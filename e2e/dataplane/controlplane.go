@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -72,4 +73,27 @@ func (e *Env) StartControlPlane(t testing.TB, opts harness.Options) *ControlPlan
 		t.Fatalf("write node kubeconfig: %v", err)
 	}
 	return cp
+}
+
+// NodeUserKubeconfig writes a kubeconfig that authenticates as user in
+// groups (harness.Cluster.UserKubeconfig: a client certificate, no
+// permission granted) and reaches the apiserver at ControlIP, for
+// processes in node namespaces, and returns its path.
+func (cp *ControlPlane) NodeUserKubeconfig(user string, groups ...string) (string, error) {
+	path, err := cp.UserKubeconfig(user, groups...)
+	if err != nil {
+		return "", err
+	}
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = "https://" + net.JoinHostPort(ControlIP.String(), strconv.Itoa(APIServerPort))
+	}
+	nodePath := strings.TrimSuffix(path, ".kubeconfig") + "-node.kubeconfig"
+	if err := clientcmd.WriteToFile(*kc, nodePath); err != nil {
+		return "", err
+	}
+	return nodePath, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -202,4 +203,21 @@ func (r hostStepRunner) one(ctx context.Context, s flannel.HostStep) error {
 		return nil
 	}
 	return fmt.Errorf("the test does not know how to run this step")
+}
+
+// buildExample builds examples/<name> from the root module.
+func buildExample(t *testing.T, name string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), name)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/cidrshift/cidrshift/examples/"+name)
+	cmd.Dir = filepath.Join(wd, "..", "..")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build examples/%s:\n%s", name, out)
+	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Millisecond))
+	return bin
 }

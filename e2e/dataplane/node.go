@@ -313,3 +313,24 @@ func (n *Node) SubnetEnv() (map[string]string, error) {
 
 // Run runs a command inside the node namespace.
 func (n *Node) Run(name string, args ...string) (string, error) { return runIn(n.NS, name, args...) }
+
+// CNIConfFile is where WriteCNIConfList puts the node's CNI configuration:
+// the host's /etc/cni/net.d/10-flannel.conflist, under Dir.
+func (n *Node) CNIConfFile() string {
+	return filepath.Join(n.Dir, "etc", "cni", "net.d", "10-flannel.conflist")
+}
+
+// WriteCNIConfList writes the node's CNI configuration (the one AddPod
+// uses, otherwise only in memory) to CNIConfFile, for tools that read a
+// host's files with Dir as the host's root (nodenet-agent --host-root).
+func (n *Node) WriteCNIConfList() (string, error) {
+	data, err := n.cniConfList()
+	if err != nil {
+		return "", err
+	}
+	path := n.CNIConfFile()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, data, 0o644)
+}

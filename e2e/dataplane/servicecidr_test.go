@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -26,23 +25,6 @@ var (
 	svcOldRange = netip.MustParsePrefix("10.96.0.0/16")
 	svcNewRange = netip.MustParsePrefix("10.100.0.0/16")
 )
-
-// buildRunbook builds examples/migrate-servicecidr from the root module.
-func buildRunbook(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	bin := filepath.Join(t.TempDir(), "migrate-servicecidr")
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/cidrshift/cidrshift/examples/migrate-servicecidr")
-	cmd.Dir = filepath.Join(wd, "..", "..")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build examples/migrate-servicecidr:\n%s", out)
-	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Millisecond))
-	return bin
-}
 
 // runRunbook runs the runbook and returns its exit code and output.
 func runRunbook(t *testing.T, bin string, args ...string) (int, string) {
@@ -184,7 +166,7 @@ func startServiceLoop(ctx context.Context, cs kubernetes.Interface, from *Pod, n
 // and, separately, the spans when kube-dns answered at neither address.
 func TestServiceCIDRMoveKubeProxy(t *testing.T) {
 	env := NewEnv(t)
-	bin := buildRunbook(t)
+	bin := buildExample(t, "migrate-servicecidr")
 	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: "10.244.0.0/16", ServiceCIDR: svcOldRange.String()})
 	cs, err := cp.Client()
 	require.NoError(t, err)
