@@ -1,86 +1,22 @@
 package e2e_test
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/cidrshift/cidrshift/e2e/harness"
 	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/nodenet"
 )
-
-// agentManifest decodes examples/nodenet-agent/daemonset.yaml.
-func agentManifest(t *testing.T) []runtime.Object {
-	t.Helper()
-	data, err := os.ReadFile("../examples/nodenet-agent/daemonset.yaml")
-	require.NoError(t, err)
-	var objs []runtime.Object
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		require.NoError(t, err, "%s", doc)
-		objs = append(objs, obj)
-	}
-	return objs
-}
-
-// createAll creates the manifest's objects, every one with dryRun=All when
-// dry is set.
-func createAll(t *testing.T, cs kubernetes.Interface, objs []runtime.Object, dry bool) {
-	t.Helper()
-	ctx := t.Context()
-	opts := metav1.CreateOptions{}
-	if dry {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	for _, o := range objs {
-		var err error
-		switch o := o.(type) {
-		case *corev1.ServiceAccount:
-			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, opts)
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, opts)
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, opts)
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, opts)
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
-		case *appsv1.DaemonSet:
-			_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
-		default:
-			t.Fatalf("unexpected object %T in the manifest", o)
-		}
-		require.NoError(t, err, "create %T (dry run %v)", o, dry)
-	}
-}
 
 // TestNodenetAgentManifestAndRBAC: the DaemonSet manifest passes the real
 // kube-apiserver's server-side dry run, and its RBAC is enough, and only
@@ -94,12 +30,13 @@ func TestNodenetAgentManifestAndRBAC(t *testing.T) {
 	ctx := t.Context()
 	admin, err := c.Client()
 	require.NoError(t, err)
-	objs := agentManifest(t)
+	objs, err := harness.DecodeManifest("../examples/nodenet-agent/daemonset.yaml")
+	require.NoError(t, err)
 	require.Len(t, objs, 6)
-	createAll(t, admin, objs, true)
+	require.NoError(t, harness.CreateObjects(ctx, admin, objs, true))
 	_, err = admin.AppsV1().DaemonSets("kube-system").Get(ctx, "nodenet-agent", metav1.GetOptions{})
 	require.Error(t, err, "a dry run stores nothing")
-	createAll(t, admin, objs[:5], false) // the ServiceAccount and RBAC, for real
+	require.NoError(t, harness.CreateObjects(ctx, admin, objs[:5], false)) // the ServiceAccount and RBAC, for real
 
 	_, err = admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "agent-w1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -1,12 +1,7 @@
 package dataplane
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,12 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/e2e/harness"
@@ -39,40 +33,16 @@ var agentIdentity = []string{"system:serviceaccount:kube-system:nodenet-agent",
 // as a process in the node's namespace here).
 func createAgentRBAC(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
-	ctx := t.Context()
-	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "nodenet-agent", "daemonset.yaml"))
+	objs, err := harness.DecodeManifest(filepath.Join("..", "..", "examples", "nodenet-agent", "daemonset.yaml"))
 	require.NoError(t, err)
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	created := 0
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
+	var rbac []runtime.Object
+	for _, o := range objs {
+		if _, ds := o.(*appsv1.DaemonSet); !ds {
+			rbac = append(rbac, o)
 		}
-		require.NoError(t, err)
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
-		require.NoError(t, err, "%s", doc)
-		switch o := obj.(type) {
-		case *corev1.ServiceAccount:
-			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		default:
-			continue // the DaemonSet
-		}
-		require.NoError(t, err, "create %T", obj)
-		created++
 	}
-	require.Equal(t, 5, created, "the manifest's ServiceAccount, ClusterRole(Binding) and Role(Binding)")
+	require.Len(t, rbac, 5, "the manifest's ServiceAccount, ClusterRole(Binding) and Role(Binding)")
+	require.NoError(t, harness.CreateObjects(t.Context(), cs, rbac, false))
 }
 
 // hostDump logs what a node holds (read only): addresses, routes, nat rules.

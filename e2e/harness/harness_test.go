@@ -363,16 +363,7 @@ func processAlive(pid int) bool {
 // TestPortRaceRetry gives etcd a client port someone else holds: the start
 // fails with "address already in use" and is retried on fresh ports.
 func TestPortRaceRetry(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the etcd binary; skipped with -short")
-	}
-	opts := Options{Disable: []Component{APIServer, ControllerManager, Scheduler, Kwok}, Logf: t.Logf}
-	require.NoError(t, opts.complete())
-	bins, err := EnsureBinaries(t.Context(), BuildOptions{Logf: t.Logf})
-	require.NoError(t, err)
-	c, err := prepare(opts, bins)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	c := etcdOnly(t)
 
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -392,11 +383,9 @@ func TestPortRaceRetry(t *testing.T) {
 	assert.True(t, os.IsNotExist(statErr), "cluster dir removed")
 }
 
-// TestPortRaceWithAnImpostor: the port given to etcd was taken by a server
-// that answers etcd's health check (another test's control plane). The
-// harness must not take that answer for etcd's: it starts etcd again on
-// new ports.
-func TestPortRaceWithAnImpostor(t *testing.T) {
+// etcdOnly prepares, without starting it, a cluster of etcd alone.
+func etcdOnly(t *testing.T) *Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the etcd binary; skipped with -short")
 	}
@@ -407,6 +396,15 @@ func TestPortRaceWithAnImpostor(t *testing.T) {
 	c, err := prepare(opts, bins)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+// TestPortRaceWithAnImpostor: the port given to etcd was taken by a server
+// that answers etcd's health check (another test's control plane). The
+// harness must not take that answer for etcd's: it starts etcd again on
+// new ports.
+func TestPortRaceWithAnImpostor(t *testing.T) {
+	c := etcdOnly(t)
 
 	impostor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, `{"health":"true","reason":""}`)
