@@ -211,8 +211,9 @@ type Journal interface {
 // Locker serialises migrations across operators: a Runner in ModeApply or
 // ModeServerDryRun holds the lock for the whole run.
 type Locker interface {
-	// Lock blocks until the lock is held or ctx ends, and returns the
-	// function that releases it.
+	// Lock takes the lock, or fails at once naming who holds it (the
+	// cluster Lease of internal/lease does so), and returns the function
+	// that releases it.
 	Lock(ctx context.Context) (release func(), err error)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/internal/timing"
 )
 
@@ -220,6 +221,59 @@ type ApplyOptions struct {
 	StrictResourceVersion bool
 	// Note is stored with the plan in the journal (e.g. the command line).
 	Note string
+	// Lock, when set, is taken before the first write and held until Apply
+	// returns (dry runs do not take it); Apply checks it is still held
+	// before each node delete and stops the run when it is not. Use one per
+	// LockScope, such as the Lease of examples/noderecreate.
+	Lock Locker
+	// ClusterJournal, when set, keeps a copy of every journal record in
+	// ConfigMaps of the cluster, so a run whose machine is lost is resumed
+	// from another one (with another JournalDir). It needs Lock; dry runs
+	// leave the cluster copy alone.
+	ClusterJournal *ClusterJournal
+}
+
+// LockScope names the Lease that serialises node podCIDR rewrites across
+// operators, and the cluster journal of their runs.
+const LockScope = lease.ScopeNodeCIDR
+
+// Locker is a cluster-wide lock such as a coordination.k8s.io Lease.
+type Locker interface {
+	// Lock takes the lock, or fails at once when another run holds it, and
+	// returns the function that releases it. It may be called again by the
+	// holder (release then runs once per call).
+	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held; Apply calls it before
+	// each destructive call.
+	Check() error
+}
+
+// ClusterJournal is where Apply keeps the copy of its journal in the
+// cluster: ConfigMaps in Namespace labelled journal.cidrshift.io/scope=Name,
+// one key per record (the run's plan; per node its phase and, from its
+// backed-up phase on, the full Node as deleted), written after the local
+// record and before the call it guards, at most 256 KiB of records per
+// ConfigMap (a record above 900 KiB is refused before the delete). When the
+// run completes, its ConfigMaps are deleted but the first, emptied and
+// labelled journal.cidrshift.io/state=finished; remove finished runs with
+// `kubectl delete configmap -n NAMESPACE -l journal.cidrshift.io/state=finished`.
+// RBAC: get, list, create, update and delete on configmaps in Namespace.
+type ClusterJournal struct {
+	// Namespace holds the ConfigMaps; empty means kube-system.
+	Namespace string
+	// Name is the journal's scope; empty means LockScope.
+	Name string
+	// Keep keeps a finished run's records (labelled finished) instead of
+	// deleting them.
+	Keep bool
+}
+
+func (c ClusterJournal) options(client kubernetes.Interface) journal.ClusterOptions {
+	name := c.Name
+	if name == "" {
+		name = LockScope
+	}
+	return journal.ClusterOptions{Client: client, Namespace: c.Namespace, Scope: name, Holder: lease.Identity()}
 }
 
 // GapSummary is the distribution of the delete→create gaps of a run.
@@ -244,12 +298,23 @@ type Result struct {
 
 // RequiredPermissions lists what Apply needs with these options: get, list,
 // create, delete and patch on nodes (patch for cordoning, for nodes without
-// podCIDRs and for recovering a node its kubelet re-registered mid-run), plus
-// whatever the hooks declare.
+// podCIDRs and for recovering a node its kubelet re-registered mid-run), with
+// a ClusterJournal get, list, create, update and delete on configmaps in its
+// namespace, plus whatever the hooks declare. The Lock needs its own (a
+// Lease: get, create and update on leases), checked by taking it.
 func RequiredPermissions(opts ApplyOptions) []Permission {
 	var out []Permission
 	for _, v := range []string{"get", "list", "create", "delete", "patch"} {
 		out = append(out, Permission{Verb: v, Resource: "nodes"})
+	}
+	if cj := opts.ClusterJournal; cj != nil && opts.DryRun == DryRunNone {
+		ns := cj.Namespace
+		if ns == "" {
+			ns = metav1.NamespaceSystem
+		}
+		for _, v := range []string{"get", "list", "create", "update", "delete"} {
+			out = append(out, Permission{Verb: v, Resource: "configmaps", Namespace: ns})
+		}
 	}
 	for _, h := range opts.Hooks {
 		for _, p := range h.Permissions {
@@ -335,6 +400,9 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	if opts.CreateGrace < 0 {
 		return nil, fmt.Errorf("%w: create grace %s: must not be negative", ErrInvalidOptions, opts.CreateGrace)
 	}
+	if opts.ClusterJournal != nil && opts.Lock == nil {
+		return nil, fmt.Errorf("%w: a cluster journal needs a Lock: only the holder of the lock may write it", ErrInvalidOptions)
+	}
 	for i, h := range opts.Hooks {
 		if h.Run == nil {
 			return nil, fmt.Errorf("%w: hook %d (%s) has no Run", ErrInvalidOptions, i, h.Name)
@@ -354,7 +422,14 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 		records: map[string]*nodeRecord{},
 		result:  &Result{PlanID: plan.ID(), DryRun: opts.DryRun, Changed: []string{}, AlreadyDone: []string{}},
 	}
-	if err := r.openJournal(); err != nil {
+	if opts.Lock != nil && !r.dry() {
+		release, err := opts.Lock.Lock(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("applying plan %s: taking the lock: %w", r.planID, err)
+		}
+		defer release()
+	}
+	if err := r.openJournal(ctx); err != nil {
 		return nil, err
 	}
 	defer r.closeJournal()
@@ -394,10 +469,11 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	}
 	if len(work) == 0 {
 		if r.j != nil && !r.dry() && len(plan.Steps) > 0 {
-			if err := r.putRun(); err != nil {
+			if err := r.putRun(ctx); err != nil {
 				return r.result, err
 			}
-			r.markSkippedDone()
+			r.markSkippedDone(ctx)
+			r.finishRun(ctx)
 		}
 		return r.result, nil
 	}
@@ -415,10 +491,10 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 		return r.result, nil
 	}
 	if r.j != nil && opts.DryRun == DryRunNone {
-		if err := r.putRun(); err != nil {
+		if err := r.putRun(ctx); err != nil {
 			return r.result, err
 		}
-		r.markSkippedDone()
+		r.markSkippedDone(ctx)
 	}
 
 	var workers, controlPlane []*Step
@@ -450,7 +526,33 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	if err := ctx.Err(); err != nil {
 		return r.result, fmt.Errorf("applying plan %s interrupted; apply it again to resume: %w", r.planID, err)
 	}
+	if !r.dry() {
+		r.finishRun(ctx)
+	}
 	return r.result, nil
+}
+
+// finishRun ends the run's cluster journal once every step is done. A
+// failure only leaves the records in the cluster: the next Apply of the plan
+// finds nothing to do and finishes it again.
+func (r *runner) finishRun(ctx context.Context) {
+	if r.j == nil || r.opts.ClusterJournal == nil {
+		return
+	}
+	if err := r.j.FinishRun(ctx, r.opts.ClusterJournal.Keep); err != nil {
+		r.log.Info("finishing the cluster journal failed; its ConfigMaps stay until the next run of this plan", "err", err.Error())
+	}
+}
+
+// checkLock returns nil when Apply holds no lock or still holds it.
+func (r *runner) checkLock(node string) error {
+	if r.opts.Lock == nil || r.dry() {
+		return nil
+	}
+	if err := r.opts.Lock.Check(); err != nil {
+		return fmt.Errorf("not deleting node %s: the run no longer holds its lock: %w", node, err)
+	}
+	return nil
 }
 
 type runner struct {
@@ -476,7 +578,7 @@ type runner struct {
 
 func (r *runner) dry() bool { return r.opts.DryRun != DryRunNone }
 
-func (r *runner) openJournal() error {
+func (r *runner) openJournal(ctx context.Context) error {
 	if r.opts.JournalDir == "" {
 		return nil
 	}
@@ -486,7 +588,16 @@ func (r *runner) openJournal() error {
 			return nil
 		}
 	}
-	j, err := journal.Open(r.opts.JournalDir)
+	var j *journal.Journal
+	var err error
+	if cj := r.opts.ClusterJournal; cj != nil && !r.dry() {
+		j, err = journal.OpenCluster(ctx, r.opts.JournalDir, cj.options(r.client))
+		if errors.Is(err, journal.ErrClusterRun) {
+			err = fmt.Errorf("%w: %w", ErrJournalConflict, err)
+		}
+	} else {
+		j, err = journal.Open(r.opts.JournalDir)
+	}
 	if err != nil {
 		return fmt.Errorf("opening journal: %w", err)
 	}
@@ -528,12 +639,12 @@ func (r *runner) openJournal() error {
 
 // putRun records the plan in the journal before the first node is touched;
 // a resumed run keeps the original record.
-func (r *runner) putRun() error {
+func (r *runner) putRun(ctx context.Context) error {
 	var run runRecord
 	if found, err := r.j.Get(runKey, &run); err == nil && found && run.PlanID == r.planID {
 		return nil
 	}
-	return r.j.Put(runKey, runRecord{PlanID: r.planID, Plan: r.plan, Note: r.opts.Note, Started: time.Now().UTC()})
+	return r.j.PutContext(ctx, runKey, runRecord{PlanID: r.planID, Plan: r.plan, Note: r.opts.Note, Started: time.Now().UTC()})
 }
 
 func (r *runner) closeJournal() {
@@ -544,13 +655,13 @@ func (r *runner) closeJournal() {
 
 // markSkippedDone records steps found done without a record, so the journal
 // shows the whole plan finished.
-func (r *runner) markSkippedDone() {
+func (r *runner) markSkippedDone(ctx context.Context) {
 	if r.j == nil || r.dry() {
 		return
 	}
 	for _, n := range r.result.AlreadyDone {
 		if rec := r.record(n); rec == nil {
-			_ = r.put(&nodeRecord{PlanID: r.planID, Node: n, Phase: PhaseDone})
+			_ = r.put(ctx, &nodeRecord{PlanID: r.planID, Node: n, Phase: PhaseDone})
 		}
 	}
 }
@@ -567,21 +678,22 @@ func (r *runner) record(node string) *nodeRecord {
 
 // forget drops the journal record of a node this run backed up but did not
 // delete (someone else did), so a resumed run does not recreate it.
-func (r *runner) forget(rec *nodeRecord) error {
+func (r *runner) forget(ctx context.Context, rec *nodeRecord) error {
 	r.mu.Lock()
 	delete(r.records, rec.Node)
 	r.mu.Unlock()
 	if r.j == nil || r.dry() {
 		return nil
 	}
-	if err := r.j.Delete(nodeKey(rec.Node)); err != nil {
+	if err := r.j.DeleteContext(ctx, nodeKey(rec.Node)); err != nil {
 		return fmt.Errorf("journal record for node %s: %w", rec.Node, err)
 	}
 	return nil
 }
 
-// put durably writes rec; dry runs write nothing.
-func (r *runner) put(rec *nodeRecord) error {
+// put durably writes rec (and, with a cluster journal, to the cluster);
+// dry runs write nothing.
+func (r *runner) put(ctx context.Context, rec *nodeRecord) error {
 	if r.dry() {
 		return nil
 	}
@@ -594,7 +706,7 @@ func (r *runner) put(rec *nodeRecord) error {
 	if r.j == nil {
 		return nil
 	}
-	if err := r.j.Put(nodeKey(rec.Node), rec); err != nil {
+	if err := r.j.PutContext(ctx, nodeKey(rec.Node), rec); err != nil {
 		return fmt.Errorf("journal record for node %s (%s): %w", rec.Node, rec.Phase, err)
 	}
 	return nil
@@ -789,8 +901,14 @@ var (
 	errReread    = errors.New("read the node again")
 )
 
-// process moves one node, re-reading it after conflicts.
+// process moves one node, re-reading it after conflicts. A run that lost
+// its lock touches no further node.
 func (r *runner) process(ctx context.Context, s *Step) error {
+	if r.opts.Lock != nil && !r.dry() {
+		if err := r.opts.Lock.Check(); err != nil {
+			return fmt.Errorf("not touching node %s: the run no longer holds its lock: %w", s.Node, err)
+		}
+	}
 	var last error
 	for attempt := 0; attempt < 6; attempt++ {
 		if attempt > 0 && !errors.Is(last, errReread) {
@@ -827,7 +945,7 @@ func (r *runner) process(ctx context.Context, s *Step) error {
 				if !rec.DeleteStarted.IsZero() {
 					rec.Gap = time.Since(rec.DeleteStarted)
 				}
-				if err := r.put(rec); err != nil {
+				if err := r.put(ctx, rec); err != nil {
 					return err
 				}
 			}
@@ -904,7 +1022,7 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 			rec.Cordoned, rec.WasUnschedulable = true, false
 		}
 		rec.Phase = PhaseCordoned
-		if err := r.put(rec); err != nil {
+		if err := r.put(ctx, rec); err != nil {
 			return err
 		}
 		patched, err := r.patch(ctx, s.Node, map[string]any{"spec": map[string]any{"unschedulable": true}})
@@ -926,10 +1044,13 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := r.checkLock(s.Node); err != nil {
+		return err
+	}
 	rec.Backup = cur.DeepCopy()
 	rec.Phase = PhaseBackedUp
 	rec.DeleteStarted = time.Now().UTC()
-	if err := r.put(rec); err != nil {
+	if err := r.put(ctx, rec); err != nil {
 		return fmt.Errorf("not deleting node %s, its backup could not be written: %w", s.Node, err)
 	}
 	r.emit(Event{Node: s.Node, Phase: PhaseBackedUp})
@@ -952,7 +1073,7 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 		// Deleted by someone else after it was read: not ours to bring back.
 		// Forget the backup and look again; a node that is still missing is
 		// reported as a stale plan.
-		if derr := r.forget(rec); derr != nil {
+		if derr := r.forget(cctx, rec); derr != nil {
 			return derr
 		}
 		return errReread
@@ -1029,7 +1150,7 @@ func (r *runner) createAndFinish(ctx, cctx context.Context, s *Step, rec *nodeRe
 	rec.Phase, rec.NewUID, rec.Gap = PhaseCreated, created.UID, gap
 	var jerr error
 	if len(r.opts.Hooks) > 0 || rec.Cordoned {
-		jerr = r.put(rec) // work remains before done: uncordon, hooks
+		jerr = r.put(cctx, rec) // work remains before done: uncordon, hooks
 	}
 	msg := fmt.Sprintf("uid %s, podCIDRs %s", created.UID, cidrList(s.NewPodCIDRs))
 	if gap > PodGCQuarantine/2 {
@@ -1121,7 +1242,7 @@ func (r *runner) restore(ctx context.Context, s *Step, rec *nodeRecord, cause er
 			ErrNodeNotRecreated, s.Node, cidrList(s.NewPodCIDRs), cause, cidrList(s.OldPodCIDRs), err, r.opts.JournalDir)
 	}
 	rec.Phase, rec.RestoredUID = PhaseRestored, created.UID
-	jerr := r.put(rec)
+	jerr := r.put(ctx, rec)
 	r.emit(Event{Node: s.Node, Phase: PhaseRestored, Message: "recreated with its old podCIDRs " + cidrList(s.OldPodCIDRs), Err: cause})
 	return errors.Join(fmt.Errorf("node %s: creating it with podCIDRs %s was refused: %w; it was restored with its old podCIDRs %s, nothing is lost; fix the cause and apply again",
 		s.Node, cidrList(s.NewPodCIDRs), cause, cidrList(s.OldPodCIDRs)), jerr)
@@ -1139,6 +1260,9 @@ func (r *runner) deleteExact(ctx context.Context, n *corev1.Node) error {
 // and already has other podCIDRs: delete that incarnation and create the
 // backup with the planned podCIDRs.
 func (r *runner) deleteReregistered(ctx context.Context, s *Step, rec *nodeRecord, cur *corev1.Node) error {
+	if err := r.checkLock(s.Node); err != nil {
+		return err
+	}
 	if err := r.deleteExact(ctx, cur); err != nil && !apierrors.IsNotFound(err) {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("%w: %v", errRetryStep, err)
@@ -1203,7 +1327,7 @@ func (r *runner) patchEmpty(ctx context.Context, s *Step, rec *nodeRecord, cur *
 		gap = time.Since(rec.DeleteStarted)
 	}
 	rec.Phase, rec.NewUID, rec.Gap = PhaseCreated, out.UID, gap
-	if err := r.put(rec); err != nil {
+	if err := r.put(ctx, rec); err != nil {
 		return err
 	}
 	r.changed(s.Node, gap, backup != nil)
@@ -1260,7 +1384,7 @@ func (r *runner) finish(ctx context.Context, s *Step, rec *nodeRecord, cur *core
 		r.emit(Event{Node: s.Node, Phase: PhaseHook, Message: h.Name})
 	}
 	rec.Phase = PhaseDone
-	if err := r.put(rec); err != nil {
+	if err := r.put(ctx, rec); err != nil {
 		return err
 	}
 	r.emit(Event{Node: s.Node, Phase: PhaseDone})

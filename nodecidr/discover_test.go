@@ -109,8 +109,19 @@ func TestClusterRoleCoversApply(t *testing.T) {
 		}
 	}
 	needed := map[Permission]bool{}
-	for _, p := range RequiredPermissions(ApplyOptions{Hooks: []Hook{DeleteNodePods(nil, DeletePodsOptions{})}}) {
+	opts := ApplyOptions{Hooks: []Hook{DeleteNodePods(nil, DeletePodsOptions{})}, ClusterJournal: &ClusterJournal{}}
+	for _, p := range RequiredPermissions(opts) {
+		p.Namespace = "" // a ClusterRole grants in every namespace
 		needed[p] = true
 	}
+	// The Lease lock (package lease) takes, renews and clears its Lease.
+	for _, v := range []string{"get", "create", "update"} {
+		needed[Permission{Verb: v, Group: "coordination.k8s.io", Resource: "leases"}] = true
+	}
 	assert.Equal(t, needed, granted)
+	for _, p := range RequiredPermissions(opts) {
+		if p.Resource == "configmaps" {
+			assert.Equal(t, "kube-system", p.Namespace, "the cluster journal's namespace")
+		}
+	}
 }

@@ -57,6 +57,14 @@
 // still in force, kube-controller-manager only logs the moved nodes; it would
 // crash at its next start if any node were left outside the new range.
 //
+// Across operators and machines (ApplyOptions.Lock and ClusterJournal): a run
+// holds a cluster-wide lock, the Lease LockScope in the examples, so a second
+// Apply of any plan is refused while one runs, and checks it before every
+// node delete; and every journal record is also written to ConfigMaps in the
+// cluster before the call it guards, so a run whose machine was lost is
+// resumed from another machine: ReadClusterJournal finds the unfinished run,
+// and Apply of its plan with an empty JournalDir finishes it.
+//
 // The package nodecidrtest provides a fake API server for tests that enforces
 // the Node rules this package relies on.
 package nodecidr

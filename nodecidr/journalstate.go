@@ -1,12 +1,14 @@
 package nodecidr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/internal/journal"
 )
@@ -24,6 +26,8 @@ type JournalState struct {
 	Phases map[string]Phase `json:"phases"`
 	// Finished is true when every planned node is done.
 	Finished bool `json:"finished"`
+	// Cluster is set when the state was read from a cluster journal.
+	Cluster *ClusterRun `json:"cluster,omitempty"`
 	// backups are the nodes as deleted, by name.
 	backups map[string]*nodeRecord
 }
@@ -40,13 +44,56 @@ func ReadJournal(dir string) (*JournalState, error) {
 		return nil, fmt.Errorf("reading journal: %w", err)
 	}
 	defer j.Close()
+	return readState(j, "journal "+dir)
+}
+
+// ReadClusterJournal reads, without writing anything, the unfinished run
+// that the cluster copy of a journal (ApplyOptions.ClusterJournal) holds: a
+// run started on another machine, to be resumed by applying its plan with
+// the same ClusterJournal and an empty or new JournalDir (Apply takes the
+// records over under its Lock). It returns (nil, nil) when the cluster holds
+// no unfinished run.
+func ReadClusterJournal(ctx context.Context, client kubernetes.Interface, cj ClusterJournal) (*JournalState, error) {
+	opts := cj.options(client)
+	snap, err := journal.ReadCluster(ctx, opts)
+	if err != nil {
+		if errors.Is(err, journal.ErrClusterRun) {
+			err = fmt.Errorf("%w: %w", ErrJournalConflict, err)
+		}
+		return nil, fmt.Errorf("reading cluster journal: %w", err)
+	}
+	if snap == nil {
+		return nil, nil
+	}
+	st, err := readState(snap, fmt.Sprintf("cluster journal %s/%s run %s", opts.Namespace, opts.Scope, snap.Run))
+	if st != nil {
+		st.Cluster = &ClusterRun{Run: snap.Run, StartedBy: snap.StartedBy, Started: snap.Started}
+	}
+	return st, err
+}
+
+// ClusterRun says which run of a cluster journal a JournalState comes from.
+type ClusterRun struct {
+	// Run is the run's id (label journal.cidrshift.io/run).
+	Run string `json:"run"`
+	// StartedBy is the holder that opened it, user@host/pid.
+	StartedBy string `json:"startedBy"`
+	// Started is when it was opened.
+	Started time.Time `json:"started"`
+}
+
+// readState builds the JournalState of the run in a journal (where names it
+// in errors).
+func readState(j interface {
+	Get(key string, v any) (bool, error)
+}, where string) (*JournalState, error) {
 	var run runRecord
 	found, err := j.Get(runKey, &run)
 	if err != nil || !found {
 		return nil, err
 	}
 	if run.Plan == nil {
-		return nil, fmt.Errorf("%w: journal %s holds a run record without a plan", ErrInvalidPlan, dir)
+		return nil, fmt.Errorf("%w: %s holds a run record without a plan", ErrInvalidPlan, where)
 	}
 	st := &JournalState{PlanID: run.PlanID, Plan: run.Plan, Note: run.Note, Started: run.Started,
 		Phases: map[string]Phase{}, backups: map[string]*nodeRecord{}}

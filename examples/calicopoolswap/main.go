@@ -8,6 +8,7 @@
 //	                        [--move rollout|evict] [--allow-delete-bare-pods]
 //	calicopoolswap apply    (same flags, or --plan FILE) [--apply] [--dry-run client|server]
 //	                        [--journal DIR] [--force] [--keep-old-pool] [--wait-for-operator]
+//	                        [--lock-namespace NS] [--steal-lock] [--lock-duration D] [--no-lock]
 //	calicopoolswap verify   --old-pool NAME [--old-cidr CIDR] [--new-name NAME]
 //	calicopoolswap blocks   --old-pool NAME | --old-cidr CIDR
 //	calicopoolswap capacity --pool NAME | --new-cidr CIDR [--block-size N]
@@ -24,6 +25,10 @@
 // interrupted. A plan file is untrusted: its new pool must agree with its
 // newCIDR, lie inside its cluster CIDR and overlap no pool, Service CIDR or
 // node network; --plan excludes the flags that make a plan.
+//
+// `apply --apply` holds the Lease cidrshift-calico-pool in --lock-namespace
+// (default kube-system) around the swap, so a second swap is refused naming
+// the holder (RBAC: get, create, update on leases there; --no-lock skips it).
 package main
 
 import (
@@ -42,6 +47,7 @@ import (
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/cli"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 func main() {
@@ -120,6 +126,7 @@ type options struct {
 	waitOperator            bool
 	planFile                string
 	output                  string
+	lock                    cli.LockFlags
 }
 
 const usage = "usage: calicopoolswap plan|apply|verify|blocks|capacity [flags] (see -h of each)"
@@ -182,6 +189,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, conn
 			fs.BoolVar(&o.force, "force", false, "delete the old pool even if pods or IPAM allocations are left")
 			fs.BoolVar(&o.keepOld, "keep-old-pool", false, "stop after verification; keep the disabled pool")
 			fs.BoolVar(&o.waitOperator, "wait-for-operator", false, "poll until the operator change is made instead of exiting 3")
+			o.lock.Register(fs)
 		}
 	case "verify", "blocks":
 		fs.StringVar(&o.oldPool, "old-pool", "", "name of the retired IPPool")
@@ -212,6 +220,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer, conn
 	}
 	if fs.NArg() > 0 {
 		return 2, usagef("unexpected argument %q: %s takes only flags", fs.Arg(0), fs.Name())
+	}
+	if cmd == "apply" {
+		if err := o.lock.Check(); err != nil {
+			return 2, err
+		}
 	}
 	if o.planFile != "" {
 		// A plan file fixes everything these flags would choose: refuse
@@ -367,6 +380,13 @@ func planOrApply(ctx context.Context, cmd string, o options, stdout, stderr io.W
 	}
 	if mode != calico.DryRunNone {
 		opts.JournalDir = ""
+	} else {
+		// One pool swap at a time per cluster (Lease cidrshift-calico-pool).
+		release, err := o.lock.Hold(ctx, cl.Kube, lease.ScopeCalicoPool)
+		if err != nil {
+			return 1, err
+		}
+		defer release()
 	}
 	res, applyErr := calico.Apply(ctx, cl, plan, opts)
 	if res != nil {

@@ -27,6 +27,13 @@
 // Exit codes (internal/cli): 0 fine, 1 problems found or a change refused by
 // the store, 2 bad input, 4 etcd or the API server unreachable or refusing
 // the credentials, 130 interrupted.
+//
+// --apply holds the Lease cidrshift-flannel in --lock-namespace (default
+// kube-system) while it writes, when a cluster is at hand (kube mode, or etcd
+// mode with --kubeconfig or $KUBECONFIG): a second run is refused naming the
+// holder. --steal-lock takes over an expired Lease, --no-lock takes none
+// (RBAC: get, create, update on leases there). In etcd mode without a
+// kubeconfig no lock is taken.
 package main
 
 import (
@@ -50,6 +57,7 @@ import (
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/internal/cli"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 func main() {
@@ -94,6 +102,7 @@ type options struct {
 	output, dryRun, journalDir                                       string
 	apply, moveLeases, stale                                         bool
 	subnetEnv, node, publicIP                                        string
+	lock                                                             cli.LockFlags
 }
 
 // usagef is bad input: exit 2 with one line naming the flag and the value.
@@ -146,6 +155,7 @@ func runWith(ctx context.Context, d deps, args []string, stdout, stderr io.Write
 	fs.StringVar(&o.subnetEnv, "subnet-env", "", "check: a node's subnet.env file to check against its lease or podCIDR")
 	fs.StringVar(&o.node, "node", "", "check: the node the --subnet-env file comes from")
 	fs.StringVar(&o.publicIP, "public-ip", "", "check: the PublicIP of the node the --subnet-env file comes from (etcd mode)")
+	o.lock.Register(fs)
 
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -244,6 +254,9 @@ func (o options) validate(pos []string) error {
 	}
 	if cmd != "rm" && o.stale {
 		return usagef("--stale goes with rm")
+	}
+	if err := o.lock.Check(); err != nil {
+		return err
 	}
 	if cmd != "set-network" && o.moveLeases {
 		return usagef("--move-leases goes with set-network")
@@ -348,6 +361,7 @@ type etcdEnv struct {
 	snap   *flannel.Snapshot
 	nodes  []flannel.Node // nil when no kubeconfig
 	byAddr map[netip.Addr]string
+	kube   kubernetes.Interface // nil when no kubeconfig
 }
 
 func loadEtcd(ctx context.Context, d deps, o options) (*etcdEnv, io.Closer, error) {
@@ -372,6 +386,7 @@ func loadEtcd(ctx context.Context, d deps, o options) (*etcdEnv, io.Closer, erro
 	if o.kubeconfig != "" || d.getenv("KUBECONFIG") != "" {
 		kc, err := d.kube(o.kubeconfig, o.kubeContext)
 		if err == nil {
+			env.kube = kc
 			env.nodes, err = flannel.ReadNodes(ctx, kc, flannel.KubeOptions{AnnotationPrefix: o.annotationPrefix})
 		}
 		if err != nil {
@@ -757,6 +772,14 @@ func change(ctx context.Context, env *etcdEnv, o options, p *flannel.Plan, w io.
 			Steps: flannel.CleanupSteps(flannel.CleanupOptions{Node: node, From: st.From, To: st.To, BackendType: backend, Backend: backendRaw, IPv6: st.To.IPv6.IsValid()})})
 	}
 	var applyErr error
+	if out.Mode == "apply" && env.kube != nil {
+		// With a cluster at hand, one change at a time (Lease cidrshift-flannel).
+		release, err := o.lock.Hold(ctx, env.kube, lease.ScopeFlannel)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	if out.Mode != "plan" {
 		res, err := env.reg.Apply(ctx, p, flannel.ApplyOptions{DryRun: out.Mode == "dry-run", JournalDir: o.journalDir})
 		out.Result, applyErr = res, err
@@ -923,6 +946,12 @@ func executeKube(ctx context.Context, d deps, o options, pos []string, w io.Writ
 			dr := flannel.DryRunNone
 			if o.dryRun != "" {
 				dr = flannel.DryRun(o.dryRun)
+			} else {
+				release, err := o.lock.Hold(ctx, kc, lease.ScopeFlannel)
+				if err != nil {
+					return err
+				}
+				defer release()
 			}
 			res, err := flannel.ApplyNetConf(ctx, kc, p, flannel.KubeApplyOptions{DryRun: dr})
 			out.Result, applyErr = res, err

@@ -23,6 +23,10 @@
 // and kube-apiserver running) and the manifest diffs; with --apply it updates
 // the ConfigMaps (with the resourceVersion it read, so a concurrent edit is
 // refused), and --out DIR writes the rewritten manifests for the operator.
+// set --apply holds the Lease cidrshift-kubeadmcfg in --lock-namespace (default
+// kube-system) while it writes, so a second run is refused naming the holder
+// (--steal-lock takes over an expired one, --no-lock takes none; RBAC: get,
+// create, update on leases there).
 // Exit status: 0 fine, 1 findings of severity error (or a failed apply),
 // 2 bad input (including a --manifests directory that is missing or holds no
 // manifest, a run that read nothing, a kubeconfig that cannot be loaded, and
@@ -46,6 +50,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/cli"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 )
 
@@ -112,6 +117,7 @@ type options struct {
 	setFlags                            map[string]bool
 	offline                             bool
 	kubeconfigGiven                     bool
+	lock                                cli.LockFlags
 }
 
 func parseArgs(args []string) (*options, error) {
@@ -165,6 +171,7 @@ func parseArgs(args []string) (*options, error) {
 		fs.BoolVar(&o.apply, "apply", false, "update the ConfigMaps")
 		fs.StringVar(&dry, "dry-run", "none", "none, client or server")
 		fs.StringVar(&o.outDir, "out", "", "write the rewritten manifests into this directory")
+		o.lock.Register(fs)
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -223,6 +230,11 @@ func parseArgs(args []string) (*options, error) {
 	}
 	if o.apply && o.offline {
 		return nil, badInput("--apply updates ConfigMaps in a cluster: give --kubeconfig/--context instead of ConfigMap files")
+	}
+	if o.cmd == "set" {
+		if err := o.lock.Check(); err != nil {
+			return nil, err
+		}
 	}
 	return o, nil
 }
@@ -492,7 +504,15 @@ func (o *options) set(ctx context.Context, s *kubeadmcfg.Snapshot, client kubern
 	var res *kubeadmcfg.ApplyResult
 	var applyErr error
 	if o.apply && !p.Blocked() {
+		release := func() {}
+		if o.dryRun == kubeadmcfg.DryRunNone {
+			// One rewrite at a time per cluster (Lease cidrshift-kubeadmcfg).
+			if release, err = o.lock.Hold(ctx, client, lease.ScopeKubeadmConfig); err != nil {
+				return 1, err
+			}
+		}
 		r, err := kubeadmcfg.Apply(ctx, client, p, kubeadmcfg.ApplyOptions{DryRun: o.dryRun})
+		release()
 		res, applyErr = &r, err
 	}
 	var written []string

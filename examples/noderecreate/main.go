@@ -17,6 +17,16 @@
 // --dry-run=server sends every write with dryRun=All. Every flag, selector
 // and plan file is checked before the first write; a plan file is untrusted
 // (nodecidr.Apply re-checks it against its own target and the cluster).
+//
+// --apply holds the Lease cidrshift-nodecidr in --lock-namespace (default
+// kube-system) for the whole run, so a second run, from any machine, is
+// refused naming the holder; it also keeps the journal in ConfigMaps there,
+// so a run whose machine is lost is finished from another one: the same
+// command with any --journal directory resumes it (--steal-lock once the
+// lost run's Lease expired, after --lock-duration). --no-lock, for callers
+// that may not write Leases and ConfigMaps there, keeps only the local
+// journal. RBAC: nodecidr.ClusterRoleYAML.
+//
 // Exit status: 0 done, 1 failure (a stale plan, a failed step or
 // verification), 2 bad input (flags, an invalid plan, a request no plan can
 // satisfy, a kubeconfig that cannot be loaded; nothing was changed),
@@ -108,6 +118,8 @@ type options struct {
 	restartCNI              string
 	output                  string
 	verbose                 int
+	lock                    cli.LockFlags
+	keepClusterJournal      bool
 
 	// Parsed before anything is read from the cluster.
 	names          []string
@@ -160,6 +172,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.restartCNI, "restart-cni", "", "after each node, delete its CNI pod first: NAMESPACE/SELECTOR, e.g. kube-flannel/app=flannel")
 	fs.StringVar(&o.output, "o", "text", "output format: text, json or yaml")
 	fs.IntVar(&o.verbose, "v", 0, "log verbosity")
+	o.lock.Register(fs)
+	fs.BoolVar(&o.keepClusterJournal, "keep-cluster-journal", false, "keep the records of a finished run in the cluster (labelled journal.cidrshift.io/state=finished) instead of deleting them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -195,6 +209,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.verbose < 0 {
 		return nil, bad("-v=%d: want 0 or more", o.verbose)
+	}
+	if err := o.lock.Check(); err != nil {
+		return nil, err
+	}
+	if o.keepClusterJournal && o.lock.Off {
+		return nil, bad("--keep-cluster-journal with --no-lock: without the lock no journal is kept in the cluster")
 	}
 	if o.journal == "" {
 		return nil, bad("--journal must not be empty")
@@ -382,35 +402,65 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 		}
 	}
 
-	// Rerunning the command of an unfinished run resumes it: the journal holds the plan.
+	// Rerunning the command of an unfinished run resumes it: the journal
+	// holds the plan, in the directory or, for a run started on another
+	// machine, in the cluster.
 	var plan *nodecidr.Plan
 	resuming := false
+	resume := func(st *nodecidr.JournalState, where, elsewhere string) error {
+		if st == nil || st.Finished {
+			return nil
+		}
+		switch {
+		case filePlan != nil && filePlan.ID() != st.PlanID:
+			return bad("%s holds the unfinished plan %s (%s); finish it by running that command again, or %s", where, st.PlanID, st.Note, elsewhere)
+		case filePlan == nil && o.hasMode() && st.Note != o.planKey():
+			return bad("%s holds an unfinished run of another command (%s); run that command again to finish it, or %s", where, st.Note, elsewhere)
+		}
+		plan, resuming = st.Plan, true
+		fmt.Fprintf(stderr, "resuming plan %s from %s (%d of %d nodes reached)\n", st.PlanID, where, len(st.Phases), len(st.Plan.Steps))
+		return nil
+	}
 	if applying {
 		st, err := nodecidr.ReadJournal(o.journal)
 		if err != nil {
 			return err
 		}
-		if st != nil && !st.Finished {
-			switch {
-			case filePlan != nil && filePlan.ID() != st.PlanID:
-				return bad("journal %s holds the unfinished plan %s (%s); finish it by running that command again, or use another --journal", o.journal, st.PlanID, st.Note)
-			case filePlan == nil && o.hasMode() && st.Note != o.planKey():
-				return bad("journal %s holds an unfinished run of another command (%s); run that command again to finish it, or use another --journal", o.journal, st.Note)
-			}
-			plan, resuming = st.Plan, true
-			fmt.Fprintf(stderr, "resuming plan %s from journal %s (%d of %d nodes reached)\n", st.PlanID, o.journal, len(st.Phases), len(st.Plan.Steps))
+		if err := resume(st, "journal "+o.journal, "use another --journal"); err != nil {
+			return err
 		}
 	}
-	if plan == nil {
-		plan = filePlan
+	var clusterJournal *nodecidr.ClusterJournal
+	if o.apply && o.dryRun == "" && !o.lock.Off {
+		clusterJournal = &nodecidr.ClusterJournal{Namespace: o.lock.Namespace, Keep: o.keepClusterJournal}
 	}
-	if plan == nil && !o.hasMode() {
+	if plan == nil && filePlan == nil && !o.hasMode() && clusterJournal == nil {
 		return bad("choose what to do: --from/--to (rebase), --fix or --allocate, or --plan FILE with --apply (journal %s holds no unfinished run)", o.journal)
 	}
 
 	client, err := a.connect(o.kubeconfig, o.kubecontext)
 	if err != nil {
 		return err
+	}
+	if !resuming && clusterJournal != nil {
+		st, err := nodecidr.ReadClusterJournal(ctx, client, *clusterJournal)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			where := fmt.Sprintf("the cluster journal (ConfigMaps -l journal.cidrshift.io/run=%s in %s, started by %s at %s)",
+				st.Cluster.Run, o.lock.Namespace, st.Cluster.StartedBy, st.Cluster.Started.Format(time.RFC3339))
+			abandoned := fmt.Sprintf("remove it if it was abandoned (kubectl delete configmap -n %s -l journal.cidrshift.io/run=%s)", o.lock.Namespace, st.Cluster.Run)
+			if err := resume(st, where, abandoned); err != nil {
+				return err
+			}
+		}
+	}
+	if plan == nil {
+		plan = filePlan
+	}
+	if plan == nil && !o.hasMode() {
+		return bad("choose what to do: --from/--to (rebase), --fix or --allocate, or --plan FILE with --apply (journal %s and the cluster journal hold no unfinished run)", o.journal)
 	}
 	if plan == nil {
 		opts, err := planOptions(ctx, client, o, stderr)
@@ -472,6 +522,13 @@ func (a *app) execute(ctx context.Context, o *options, stdout, stderr io.Writer)
 	}
 	if o.deletePods {
 		opts.Hooks = append(opts.Hooks, nodecidr.DeleteNodePods(client, nodecidr.DeletePodsOptions{}))
+	}
+	if clusterJournal != nil {
+		l, err := o.lock.Lease(client, nodecidr.LockScope)
+		if err != nil {
+			return err
+		}
+		opts.Lock, opts.ClusterJournal = l, clusterJournal
 	}
 	res, applyErr := nodecidr.Apply(ctx, client, plan, opts)
 	out.Result = res

@@ -11,6 +11,11 @@
 // It reads the kubeconfig the way kubectl does (--kubeconfig, --context,
 // KUBECONFIG), prints text by default and JSON or YAML with -o, never changes
 // the cluster without --apply, and exits 2 with one line on bad input.
+//
+// add --apply and apply --apply hold the Lease cidrshift-servicecidr in
+// --lock-namespace (default kube-system) while they write, so a second run
+// is refused naming the holder; --steal-lock takes over a Lease that
+// expired, --no-lock takes none (RBAC: get, create, update on leases there).
 package main
 
 import (
@@ -32,6 +37,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/internal/cli"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/servicecidr"
 )
 
@@ -303,6 +309,8 @@ func (a *app) add(args []string) error {
 	var to, name, dry, podCIDR, nodeNet string
 	var apply, allowWK bool
 	var wait time.Duration
+	var lock cli.LockFlags
+	lock.Register(fs)
 	fs.StringVar(&to, "to", "", "the new range(s), one per family, comma-separated (required)")
 	fs.StringVar(&name, "name", "", "ServiceCIDR name (default cidrshift-<range>)")
 	fs.BoolVar(&apply, "apply", false, "create the ServiceCIDR (otherwise only validate)")
@@ -327,6 +335,9 @@ func (a *app) add(args []string) error {
 		return err
 	}
 	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := lock.Check(); err != nil {
 		return err
 	}
 	cidrs, err := servicecidr.ParseCIDRs("--to", to)
@@ -376,6 +387,13 @@ func (a *app) add(args []string) error {
 	case !apply && dry == "", dry == "client":
 		r.Action = fmt.Sprintf("would create ServiceCIDR %s %s (run with --apply)", name, prefixes(cidrs))
 	default:
+		if dry == "" {
+			release, err := lock.Hold(a.ctx, c.Kube(), lease.ScopeServiceCIDR)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
 		sc, err := c.Create(a.ctx, name, cidrs, servicecidr.WriteOptions{DryRun: dry == "server"})
 		if err != nil {
 			return err
@@ -524,6 +542,8 @@ func (a *app) apply(args []string) error {
 	var drain time.Duration
 	var concurrency int
 	var qps float64
+	var lock cli.LockFlags
+	lock.Register(fs)
 	fs.StringVar(&planFile, "plan", "", "a plan saved with plan -o yaml (instead of --from/--to)")
 	fs.StringVar(&journalDir, "journal", "", "journal directory; required with --apply; run again with the same one to resume")
 	fs.BoolVar(&doApply, "apply", false, "change the cluster (otherwise a client dry run)")
@@ -562,6 +582,9 @@ func (a *app) apply(args []string) error {
 	if !(qps > 0) || math.IsInf(qps, 0) {
 		return badf("--qps %g: want a positive, finite rate", qps)
 	}
+	if err := lock.Check(); err != nil {
+		return err
+	}
 	if journalDir != "" {
 		if st, err := os.Stat(journalDir); err == nil && !st.IsDir() {
 			return badf("--journal %s: not a directory", journalDir)
@@ -592,6 +615,15 @@ func (a *app) apply(args []string) error {
 	c, err := a.client()
 	if err != nil {
 		return err
+	}
+	if mode == servicecidr.DryRunNone {
+		// One Service move at a time per cluster, from the recovery of an
+		// interrupted run on (Lease cidrshift-servicecidr).
+		release, err := lock.Hold(a.ctx, c.Kube(), lease.ScopeServiceCIDR)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	ao := servicecidr.ApplyOptions{JournalDir: journalDir, DryRun: mode, DeleteOld: deleteOld, DeleteKubernetesService: deleteKube,
 		DrainTimeout: drain, Concurrency: concurrency, QPS: float32(qps), Burst: max(1, int(qps))}

@@ -4,9 +4,17 @@
 // the directory, so a process killed at any instant leaves either the old or
 // the new record, never a torn one. A lock file keeps two runs from sharing a
 // journal.
+//
+// OpenCluster adds a second copy of every record in ConfigMaps of the cluster
+// (see cluster.go for what is kept, the size limits and retention), written
+// after the local record and before the call returns, so a run whose machine
+// is lost is resumed from any machine with the kubeconfig: packages call one
+// Journal and get both.
 package journal
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,11 +31,13 @@ var ErrLocked = errors.New("journal is locked by another run")
 
 const ext = ".json"
 
-// Journal is a directory of records keyed by strings such as "node/worker-1".
+// Journal is a directory of records keyed by strings such as "node/worker-1",
+// optionally copied to the cluster (OpenCluster).
 type Journal struct {
-	dir  string
-	lock *os.File
-	fs   FS
+	dir     string
+	lock    *os.File
+	fs      FS
+	cluster *cluster
 }
 
 // Open creates dir if needed and takes an exclusive lock on it. Close releases it.
@@ -76,14 +86,29 @@ func (j *Journal) path(key string) string {
 	return filepath.Join(j.dir, url.PathEscape(key)+ext)
 }
 
-// Put durably stores v (as JSON) under key, replacing any previous record.
-// When Put returns nil the record survives a crash of the process or machine.
-func (j *Journal) Put(key string, v any) error {
+// Put is PutContext without a deadline.
+func (j *Journal) Put(key string, v any) error { return j.PutContext(context.Background(), key, v) }
+
+// PutContext durably stores v (as JSON) under key, replacing any previous
+// record: in the directory, then in the cluster copy if there is one. When
+// it returns nil the record survives a crash of the process or machine (and,
+// with a cluster copy, the loss of the machine).
+func (j *Journal) PutContext(ctx context.Context, key string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding journal record %q: %w", key, err)
 	}
-	return WriteFileAtomicFS(j.fs, j.path(key), append(data, '\n'), 0o600)
+	if err := WriteFileAtomicFS(j.fs, j.path(key), append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	if j.cluster == nil {
+		return nil
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return fmt.Errorf("encoding journal record %q: %w", key, err)
+	}
+	return j.cluster.put(ctx, j, key, compact.Bytes())
 }
 
 // Get loads the record under key into v and reports whether it exists.
@@ -101,8 +126,18 @@ func (j *Journal) Get(key string, v any) (bool, error) {
 	return true, nil
 }
 
-// Delete removes the record under key; a missing record is not an error.
-func (j *Journal) Delete(key string) error {
+// Delete is DeleteContext without a deadline.
+func (j *Journal) Delete(key string) error { return j.DeleteContext(context.Background(), key) }
+
+// DeleteContext removes the record under key, from the cluster copy first
+// (a crash in between leaves it only in the directory, which a directory
+// following the cluster's run then drops); a missing record is not an error.
+func (j *Journal) DeleteContext(ctx context.Context, key string) error {
+	if j.cluster != nil {
+		if err := j.cluster.remove(ctx, key); err != nil {
+			return err
+		}
+	}
 	if err := j.fs.Remove(j.path(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("deleting journal record %q: %w", key, err)
 	}
