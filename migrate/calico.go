@@ -49,8 +49,8 @@ const CalicoDefaultOldPool = "default-ipv4-ippool"
 
 // Journal keys of the CalicoPodCIDR migration.
 const (
-	calKeyCalicoPlan  = "calico-plan"
-	calKeyNodePlan    = "nodecidr-plan"
+	calKeyCalicoPlan = "calico-plan"
+	calKeyNodePlan   = "nodecidr-plan"
 )
 
 // CalicoPodCIDROptions asks for a move of a kubeadm + Calico cluster's pod
