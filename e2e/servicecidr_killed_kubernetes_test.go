@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,65 +194,13 @@ func sckFixture(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 // waits until creates of that name pass admission again.
 func sckHoldKubernetesService(t *testing.T, ctx context.Context, cs kubernetes.Interface) (release func()) {
 	t.Helper()
-	const name = "cidrshift-e2e-hold-default-kubernetes"
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					ResourceNames: []string{"kubernetes"},
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
-					},
-				}},
-			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: `object.metadata.namespace != 'default' || object.metadata.name != 'kubernetes'`,
-				Message:    "e2e: kube-apiserver is held back from recreating default/kubernetes",
-			}},
-		},
-	}
-	_, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{})
-	require.NoError(t, err, "create ValidatingAdmissionPolicy")
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
-	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
-	require.NoError(t, err, "create ValidatingAdmissionPolicyBinding")
-
-	// A dry-run create of default/kubernetes (headless: nothing to allocate)
-	// is refused by the policy once it is in force, and by the registry
-	// (AlreadyExists) otherwise.
-	probe := func(ctx context.Context) error {
-		s := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
-			Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 1}}},
-		}
-		_, err := cs.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
-	}
-	held := func(err error) bool { return err != nil && strings.Contains(err.Error(), "held back") }
-	poll(t, 30*time.Second, "admission policy holds default/kubernetes back", func(ctx context.Context) error {
-		if err := probe(ctx); !held(err) {
-			return fmt.Errorf("a create of default/kubernetes is not refused yet (err=%v)", err)
-		}
-		return nil
+	// The probe (default/kubernetes itself) is refused by the policy once
+	// it is in force, and by the registry (AlreadyExists) otherwise.
+	return holdServiceCreates(t, ctx, cs, serviceHold{
+		name:          "cidrshift-e2e-hold-default-kubernetes",
+		resourceNames: []string{"kubernetes"},
+		expression:    `object.metadata.namespace != 'default' || object.metadata.name != 'kubernetes'`,
+		message:       "e2e: kube-apiserver is held back from recreating default/kubernetes",
+		probe:         &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}},
 	})
-	return func() {
-		t.Helper()
-		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}))
-		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}))
-		poll(t, 30*time.Second, "admission policy gone", func(ctx context.Context) error {
-			if err := probe(ctx); held(err) {
-				return err
-			}
-			return nil
-		})
-	}
 }

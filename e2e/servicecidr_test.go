@@ -827,31 +827,51 @@ func scCountPhase(phases map[string]string, phase string) int {
 // returns a function that removes the policy and waits until creates pass.
 func scHoldCreates(t *testing.T, ctx context.Context, cs kubernetes.Interface) (release func()) {
 	t.Helper()
-	const name = "cidrshift-e2e-hold-create"
+	return holdServiceCreates(t, ctx, cs, serviceHold{
+		name:       "cidrshift-e2e-hold-create",
+		expression: `!has(object.metadata.labels) || !('` + scHoldLabel + `' in object.metadata.labels)`,
+		message:    "e2e: creates of this Service are held back (simulated: allocator not ready)",
+		probe:      &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cidrshift-e2e-probe", Labels: map[string]string{scHoldLabel: "true"}}},
+	})
+}
+
+// serviceHold is a ValidatingAdmissionPolicy that refuses some Service
+// creates: those of resourceNames (any name when empty) for which
+// expression is false, with message, which must contain "held back".
+type serviceHold struct {
+	name, expression, message string
+	resourceNames             []string
+	// probe is a Service the policy refuses: a dry-run create of it, made
+	// headless, tells whether the policy is in force.
+	probe *corev1.Service
+}
+
+// holdServiceCreates installs h and waits until it is in force. It returns
+// a function that removes it and waits until the probe passes admission.
+func holdServiceCreates(t *testing.T, ctx context.Context, cs kubernetes.Interface, h serviceHold) (release func()) {
+	t.Helper()
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: h.name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					ResourceNames: h.resourceNames,
 					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"services"}},
 					},
 				}},
 			},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: `!has(object.metadata.labels) || !('` + scHoldLabel + `' in object.metadata.labels)`,
-				Message:    "e2e: creates of this Service are held back (simulated: allocator not ready)",
-			}},
+			Validations: []admissionregistrationv1.Validation{{Expression: h.expression, Message: h.message}},
 		},
 	}
 	_, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{})
 	require.NoError(t, err, "create ValidatingAdmissionPolicy")
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: h.name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
+			PolicyName:        h.name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
@@ -859,25 +879,28 @@ func scHoldCreates(t *testing.T, ctx context.Context, cs kubernetes.Interface) (
 	require.NoError(t, err, "create ValidatingAdmissionPolicyBinding")
 
 	probe := func(ctx context.Context) error {
-		s := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cidrshift-e2e-probe", Labels: map[string]string{scHoldLabel: "true"}},
-			Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 1}}},
-		}
-		_, err := cs.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		s := h.probe.DeepCopy()
+		s.Spec = corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Port: 1}}}
+		_, err := cs.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
-	poll(t, 30*time.Second, "admission policy holds creates back", func(ctx context.Context) error {
-		err := probe(ctx)
-		if err != nil && strings.Contains(err.Error(), "held back") {
-			return nil
+	held := func(err error) bool { return err != nil && strings.Contains(err.Error(), "held back") }
+	poll(t, 30*time.Second, "admission policy "+h.name+" in force", func(ctx context.Context) error {
+		if err := probe(ctx); !held(err) {
+			return fmt.Errorf("a create of %s/%s is not refused yet (err=%v)", h.probe.Namespace, h.probe.Name, err)
 		}
-		return fmt.Errorf("a labelled create is not refused yet (err=%v)", err)
+		return nil
 	})
 	return func() {
 		t.Helper()
-		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}))
-		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}))
-		poll(t, 30*time.Second, "admission policy gone", probe)
+		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, h.name, metav1.DeleteOptions{}))
+		require.NoError(t, cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, h.name, metav1.DeleteOptions{}))
+		poll(t, 30*time.Second, "admission policy "+h.name+" gone", func(ctx context.Context) error {
+			if err := probe(ctx); held(err) {
+				return err
+			}
+			return nil
+		})
 	}
 }
 
