@@ -221,3 +221,38 @@ func buildExample(t *testing.T, name string) string {
 	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Millisecond))
 	return bin
 }
+
+// seed001NetConf writes seed 001's flannel config (vxlan, 10.244.0.0/16)
+// to the kube-flannel-cfg ConfigMap and to a file for flanneld, whose path
+// it returns.
+func seed001NetConf(t *testing.T, env *Env, cs kubernetes.Interface) string {
+	t.Helper()
+	const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
+	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.CoreV1().ConfigMaps(flannel.DefaultNetConfNamespace).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName},
+		Data:       map[string]string{flannel.NetConfKey: vxlanConf},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return writeFile(t, env, "net-conf.json", vxlanConf)
+}
+
+// seed001Nodes makes seed 001's nodes a, b, c and d, c holding b's podCIDR.
+func seed001Nodes(t *testing.T, env *Env, cs kubernetes.Interface) (map[string]*Node, map[string]netip.Prefix) {
+	t.Helper()
+	nodes := map[string]*Node{}
+	cidrs := map[string]netip.Prefix{}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		n, err := env.AddNode(name)
+		require.NoError(t, err)
+		nodes[name] = n
+		preset := ""
+		if name == "c" {
+			preset = cidrs["b"].String() // the duplicate
+		}
+		cidrs[name] = createNode(t, cs, n, preset)
+	}
+	require.Equal(t, cidrs["b"], cidrs["c"])
+	return nodes, cidrs
+}

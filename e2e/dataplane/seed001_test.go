@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cidrshift/cidrshift/cidr"
@@ -37,34 +36,14 @@ func TestSeed001FlannelKube(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 
-	const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = cs.CoreV1().ConfigMaps(flannel.DefaultNetConfNamespace).Create(ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName},
-		Data:       map[string]string{flannel.NetConfKey: vxlanConf},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	netConf := writeFile(t, env, "net-conf.json", vxlanConf)
+	netConf := seed001NetConf(t, env, cs)
 	hostGWConf := writeFile(t, env, "net-conf-host-gw.json", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`)
 	kubeFlags := func(conf string) []string {
 		return []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + conf}
 	}
 
-	nodes := map[string]*Node{}
-	cidrs := map[string]netip.Prefix{}
-	for _, name := range []string{"a", "b", "c", "d"} {
-		n, err := env.AddNode(name)
-		require.NoError(t, err)
-		nodes[name] = n
-		preset := ""
-		if name == "c" {
-			preset = cidrs["b"].String() // the duplicate
-		}
-		cidrs[name] = createNode(t, cs, n, preset)
-	}
+	nodes, cidrs := seed001Nodes(t, env, cs)
 	a, b, c, d := nodes["a"], nodes["b"], nodes["c"], nodes["d"]
-	require.Equal(t, cidrs["b"], cidrs["c"])
 	t.Logf("podCIDRs: a %s, b %s, c %s (duplicate), d %s", cidrs["a"], cidrs["b"], cidrs["c"], cidrs["d"])
 	for _, n := range []*Node{a, b, c} {
 		require.NoError(t, n.StartFlanneld([]string{"NODE_NAME=" + n.Name}, 30*time.Second, kubeFlags(netConf)...))
