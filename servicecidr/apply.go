@@ -15,11 +15,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/internal/timing"
 )
 
@@ -115,6 +117,57 @@ type ApplyOptions struct {
 	RetryTimeout time.Duration
 	// PollInterval is the first backoff step and the poll period; default 1s.
 	PollInterval time.Duration
+	// Lock, when set, is taken before the first write and held until Apply
+	// returns (dry runs do not take it); Apply checks it is still held
+	// before each delete (a Service, an old ServiceCIDR, default/kubernetes)
+	// and stops the run when it is not. Use the Lease of LockScope.
+	Lock Locker
+	// ClusterJournal, when set, keeps a copy of every journal record in
+	// ConfigMaps of the cluster, so that a run whose machine is lost is
+	// resumed from another one with another JournalDir. It needs Lock.
+	ClusterJournal *ClusterJournal
+}
+
+// LockScope names the Lease that serialises Service CIDR moves across
+// operators, and the cluster journal of their runs.
+const LockScope = lease.ScopeServiceCIDR
+
+// Locker is a cluster-wide lock such as a coordination.k8s.io Lease.
+type Locker interface {
+	// Lock takes the lock, or fails at once when another run holds it, and
+	// returns the function that releases it. The holder may call it again.
+	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held; Apply calls it
+	// before each delete.
+	Check() error
+}
+
+// ClusterJournal is where Apply keeps the copy of its journal: ConfigMaps
+// in Namespace labelled journal.cidrshift.io/scope=Name, one key per record
+// (each Service as it was before its delete, default/kubernetes's record),
+// written after the local record and before the delete it guards, at most
+// 256 KiB of records per ConfigMap. When a run ends with every Service
+// moved, its ConfigMaps are deleted but the first, which stays emptied and
+// labelled journal.cidrshift.io/state=finished. RBAC: get, list, create,
+// update and delete on configmaps in Namespace.
+type ClusterJournal struct {
+	// Namespace holds the ConfigMaps; empty means kube-system.
+	Namespace string
+	// Name is the journal's scope; empty means LockScope.
+	Name string
+	// Keep keeps a finished run's records, labelled finished.
+	Keep bool
+}
+
+func (c *ClusterJournal) options(client kubernetes.Interface) *journal.ClusterOptions {
+	if c == nil {
+		return nil
+	}
+	name := c.Name
+	if name == "" {
+		name = LockScope
+	}
+	return &journal.ClusterOptions{Client: client, Namespace: c.Namespace, Scope: name, Holder: lease.Identity()}
 }
 
 // Result is what Apply did.
@@ -223,13 +276,21 @@ func (c *Client) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Result
 	if opts.DryRun == DryRunNone && opts.JournalDir == "" {
 		return nil, &FieldError{Field: "--journal", Reason: "a journal directory is required to apply: each Service is recorded there before it is deleted, so a crash loses nothing", Err: ErrInvalid}
 	}
+	if opts.ClusterJournal != nil && opts.Lock == nil {
+		return nil, &FieldError{Field: "ClusterJournal", Reason: "a cluster journal needs a Lock: only the holder of the lock may write it", Err: ErrInvalid}
+	}
 	a := newApplier(ctx, c, p, opts)
 	defer a.summarise() // a.res is returned, also on error
 	if p.ServiceCIDRAPI != "" && p.ServiceCIDRAPI != c.version {
 		a.warn(fmt.Sprintf("the plan was made against ServiceCIDR %s, the cluster now serves %s", p.ServiceCIDRAPI, c.version))
 	}
 	if opts.DryRun == DryRunNone {
-		j, err := journal.Open(opts.JournalDir)
+		release, err := lease.Hold(ctx, opts.Lock)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		j, err := journal.OpenWithCluster(ctx, opts.JournalDir, opts.ClusterJournal.options(c.kube))
 		if err != nil {
 			return nil, fmt.Errorf("opening journal: %w", err)
 		}
@@ -267,7 +328,27 @@ func (c *Client) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Result
 	if opts.DeleteOld {
 		a.drain(ctx)
 	}
+	a.finishRun(ctx)
 	return a.res, nil
+}
+
+// finishRun ends the run of the cluster journal once every Service moved.
+func (a *applier) finishRun(ctx context.Context) {
+	if a.j == nil || a.o.ClusterJournal == nil {
+		return
+	}
+	if err := a.j.FinishRun(ctx, a.o.ClusterJournal.Keep); err != nil {
+		a.warn("finishing the cluster journal failed; its ConfigMaps stay until the next run: " + err.Error())
+	}
+}
+
+// checkLock returns nil when Apply holds no lock, is a dry run, or still
+// holds its lock; what says which delete is not made.
+func (a *applier) checkLock(what string) error {
+	if a.o.DryRun != DryRunNone {
+		return nil
+	}
+	return lease.CheckHeld(a.o.Lock, what)
 }
 
 func (a *applier) summarise() {
@@ -332,6 +413,9 @@ func (a *applier) checks() []access.Check {
 	if a.o.DeleteKubernetesService && a.p.Kubernetes != nil {
 		out = append(out, access.Check{Verb: "delete", Resource: "services", Namespace: a.p.Kubernetes.Namespace, Name: a.p.Kubernetes.Name})
 	}
+	if cj := a.o.ClusterJournal.options(a.c.kube); cj != nil && a.o.DryRun == DryRunNone {
+		out = append(out, journal.ClusterChecks(cj.Namespace)...)
+	}
 	return out
 }
 
@@ -381,9 +465,17 @@ func (c *Client) Recover(ctx context.Context, opts ApplyOptions) (*Result, error
 	if opts.DryRun != DryRunNone {
 		return &Result{DryRun: opts.DryRun, Moved: []Moved{}}, nil
 	}
+	if opts.ClusterJournal != nil && opts.Lock == nil {
+		return nil, &FieldError{Field: "ClusterJournal", Reason: "a cluster journal needs a Lock: only the holder of the lock may write it", Err: ErrInvalid}
+	}
 	a := newApplier(ctx, c, &Plan{}, opts) // recovery needs only the journal's records
 	defer a.summarise()
-	j, err := journal.Open(opts.JournalDir)
+	release, err := lease.Hold(ctx, opts.Lock)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	j, err := journal.OpenWithCluster(ctx, opts.JournalDir, opts.ClusterJournal.options(c.kube))
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
@@ -725,6 +817,9 @@ func (a *applier) deleteOld(ctx context.Context) error {
 			a.emit(Event{Kind: EventDryRunServiceCIDROp, ServiceCIDR: o.Name, Message: "would delete ServiceCIDR " + o.Name + "; it stays Terminating until nothing depends on it"})
 			continue
 		}
+		if err := a.checkLock("not deleting ServiceCIDR " + o.Name); err != nil {
+			return err
+		}
 		err = a.c.Delete(ctx, o.Name, DeleteOptions{DryRun: a.o.DryRun == DryRunServer, UID: string(o.UID)})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -814,6 +909,9 @@ func (a *applier) moveOne(ctx context.Context, m Move) error {
 		return a.dryRunServer(ctx, m, desired)
 	}
 	if err := a.limiter.Wait(ctx); err != nil {
+		return err
+	}
+	if err := a.checkLock("not deleting Service " + m.Key()); err != nil {
 		return err
 	}
 	rec := record{Phase: phasePending, Service: m.Key(), OldUID: live.UID, OldResourceVersion: live.ResourceVersion,
@@ -1094,6 +1192,9 @@ func (a *applier) kubernetesService(ctx context.Context) error {
 // the delete first so that a run killed before kube-apiserver recreates it
 // still knows, on the next run, what was deleted and where it is awaited.
 func (a *applier) deleteKubernetes(ctx context.Context, k *Move, live *corev1.Service) error {
+	if err := a.checkLock("not deleting Service " + k.Key()); err != nil {
+		return err
+	}
 	if a.j != nil {
 		rec := kubernetesRecord{Phase: phasePending, Service: k.Key(), OldUID: live.UID, OldIPs: ClusterIPs(live),
 			NewIPs: k.NewIPs, To: a.p.To, Recorded: time.Now()}

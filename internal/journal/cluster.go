@@ -25,6 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/cidrshift/cidrshift/internal/access"
 )
 
 // The copy of a journal kept in the cluster.
@@ -774,4 +776,28 @@ var backoff = wait.Backoff{Steps: 7, Duration: 20 * time.Millisecond, Factor: 2,
 func retriable(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
 		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
+// OpenWithCluster is OpenCluster when opts is set, and Open otherwise: the
+// journal of an Apply whose caller may or may not keep a copy in the
+// cluster.
+func OpenWithCluster(ctx context.Context, dir string, opts *ClusterOptions) (*Journal, error) {
+	if opts == nil {
+		return Open(dir)
+	}
+	return OpenCluster(ctx, dir, *opts)
+}
+
+// ClusterChecks lists the permissions a cluster journal in namespace needs
+// (empty means kube-system): get, list, create, update and delete on
+// configmaps.
+func ClusterChecks(namespace string) []access.Check {
+	if namespace == "" {
+		namespace = metav1.NamespaceSystem
+	}
+	out := make([]access.Check, 0, 5)
+	for _, v := range []string{"get", "list", "create", "update", "delete"} {
+		out = append(out, access.Check{Verb: v, Resource: "configmaps", Namespace: namespace})
+	}
+	return out
 }

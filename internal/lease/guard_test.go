@@ -1,0 +1,71 @@
+package lease
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A Group takes every Lease or none: when one scope is held elsewhere, the
+// scopes it took first are released again, and the error names the holder.
+func TestGroupAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	c := newClient()
+	other := newLease(t, c, Options{Name: ScopeKubeadmConfig, Identity: "alice@laptop/41"})
+	releaseOther, err := other.Lock(ctx)
+	require.NoError(t, err)
+
+	g, err := NewGroup(c, Options{Identity: "bob@desk/7"}, ScopeFlannel, ScopeNodeCIDR, ScopeFlannel, ScopeKubeadmConfig)
+	require.NoError(t, err)
+	assert.Equal(t, "kube-system/cidrshift-flannel, kube-system/cidrshift-nodecidr, kube-system/cidrshift-kubeadmcfg", g.String(), "a scope named twice is taken once")
+	_, err = g.Lock(ctx)
+	require.ErrorIs(t, err, ErrHeld)
+	assert.Contains(t, err.Error(), "alice@laptop/41")
+	for _, s := range []string{ScopeFlannel, ScopeNodeCIDR} {
+		l, err := c.CoordinationV1().Leases(ns).Get(ctx, s, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Empty(t, deref(l.Spec.HolderIdentity), "%s released after the refusal", s)
+	}
+	require.Error(t, g.Check(), "a refused group holds nothing")
+
+	releaseOther()
+	release, err := g.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, g.Check())
+	again, err := g.Lock(ctx)
+	require.NoError(t, err, "the holder may lock again")
+	again()
+	require.NoError(t, g.Check(), "held until every Lock is released")
+	for _, s := range []string{ScopeFlannel, ScopeNodeCIDR, ScopeKubeadmConfig} {
+		l, err := c.CoordinationV1().Leases(ns).Get(ctx, s, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "bob@desk/7", deref(l.Spec.HolderIdentity), s)
+	}
+	release()
+	require.ErrorIs(t, g.Check(), ErrNotHeld)
+
+	_, err = NewGroup(c, Options{})
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = NewGroup(c, Options{}, "Bad_Scope")
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestHoldAndCheckHeld(t *testing.T) {
+	release, err := Hold(context.Background(), nil)
+	require.NoError(t, err)
+	release()
+	require.NoError(t, CheckHeld(nil, "not deleting x"))
+
+	c := newClient()
+	l := newLease(t, c, Options{Identity: "bob@desk/7"})
+	err = CheckHeld(l, "not deleting Service default/dns")
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.Contains(t, err.Error(), "not deleting Service default/dns: the run no longer holds its lock")
+	release, err = Hold(context.Background(), l)
+	require.NoError(t, err)
+	require.NoError(t, CheckHeld(l, "not deleting Service default/dns"))
+	release()
+}
