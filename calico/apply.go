@@ -10,9 +10,11 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // DryRun selects a dry run.
@@ -147,6 +149,57 @@ type ApplyOptions struct {
 	// with the same plan and journal (and another or no StopAfter) resumes
 	// the swap from there. PhaseDone and the empty value run to the end.
 	StopAfter Phase
+	// Lock, when set, is taken before the first write and held until Apply
+	// returns (dry runs do not take it); Apply checks it is still held
+	// before each destructive call (a workload restart, an eviction, the
+	// old pool's delete) and stops the run when it is not. Use the Lease of
+	// LockScope.
+	Lock Locker
+	// ClusterJournal, when set, keeps a copy of every journal record in
+	// ConfigMaps of the cluster, so that a run whose machine is lost is
+	// resumed from another one with another JournalDir. It needs Lock.
+	ClusterJournal *ClusterJournal
+}
+
+// LockScope names the Lease that serialises IPPool swaps across operators,
+// and the cluster journal of their runs.
+const LockScope = lease.ScopeCalicoPool
+
+// Locker is a cluster-wide lock such as a coordination.k8s.io Lease.
+type Locker interface {
+	// Lock takes the lock, or fails at once when another run holds it, and
+	// returns the function that releases it. The holder may call it again.
+	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held; Apply calls it
+	// before each destructive call.
+	Check() error
+}
+
+// ClusterJournal is where Apply keeps the copy of its journal: ConfigMaps
+// in Namespace labelled journal.cidrshift.io/scope=Name, holding the swap's
+// record (phase, restarts, evictions) and the old IPPool as it was before
+// its delete, written after the local record and before the call it
+// guards. When the swap is done, its ConfigMaps are deleted but the first,
+// which stays emptied and labelled journal.cidrshift.io/state=finished.
+// RBAC: get, list, create, update and delete on configmaps in Namespace.
+type ClusterJournal struct {
+	// Namespace holds the ConfigMaps; empty means kube-system.
+	Namespace string
+	// Name is the journal's scope; empty means LockScope.
+	Name string
+	// Keep keeps a finished swap's records, labelled finished.
+	Keep bool
+}
+
+func (c *ClusterJournal) options(client kubernetes.Interface) *journal.ClusterOptions {
+	if c == nil {
+		return nil
+	}
+	name := c.Name
+	if name == "" {
+		name = LockScope
+	}
+	return &journal.ClusterOptions{Client: client, Namespace: c.Namespace, Scope: name, Holder: lease.Identity()}
 }
 
 func (o ApplyOptions) withDefaults() ApplyOptions {
@@ -256,6 +309,9 @@ type swapState struct {
 
 func journalKey(planID string) string { return "calico-swap/" + planID }
 
+// deletedPoolKey is the journal key of an IPPool kept before its delete.
+func deletedPoolKey(name string) string { return "calico-pool/" + name }
+
 // applier carries one Apply run.
 type applier struct {
 	cl      Cluster
@@ -326,7 +382,15 @@ func Apply(ctx context.Context, cl Cluster, plan *SwapPlan, opts ApplyOptions) (
 		if opts.JournalDir == "" {
 			return a.res, ErrNoJournal
 		}
-		j, err := journal.Open(opts.JournalDir)
+		if opts.ClusterJournal != nil && opts.Lock == nil {
+			return a.res, errors.New("ApplyOptions.ClusterJournal needs a Lock: only the holder of the lock may write the cluster journal")
+		}
+		release, err := lease.Hold(ctx, opts.Lock)
+		if err != nil {
+			return a.res, err
+		}
+		defer release()
+		j, err := journal.OpenWithCluster(ctx, opts.JournalDir, opts.ClusterJournal.options(cl.Kube))
 		if err != nil {
 			return a.res, err
 		}
@@ -410,7 +474,21 @@ func (a *applier) run(ctx context.Context) error {
 		return err
 	}
 	a.res.Done = a.opts.DryRun == DryRunNone
+	if a.j != nil && a.opts.ClusterJournal != nil {
+		if err := a.j.FinishRun(ctx, a.opts.ClusterJournal.Keep); err != nil {
+			a.emit(Event{Type: EventSkip, Message: "finishing the cluster journal failed; its ConfigMaps stay until the next run: " + err.Error()})
+		}
+	}
 	return nil
+}
+
+// checkLock returns nil when the run holds no lock (or is a dry run) or
+// still holds it; what says which call is not made.
+func (a *applier) checkLock(what string) error {
+	if a.j == nil {
+		return nil
+	}
+	return lease.CheckHeld(a.opts.Lock, what)
 }
 
 // checkFresh refuses a stale plan. A fresh run needs the old pool exactly as
@@ -488,6 +566,9 @@ func (a *applier) saveLocked() error {
 func (a *applier) recordRestart(key string) (string, error) {
 	a.jmu.Lock()
 	defer a.jmu.Unlock()
+	if err := a.checkLock("not restarting " + key); err != nil {
+		return "", err
+	}
 	if v, ok := a.state.Restarts[key]; ok {
 		return v, nil
 	}
@@ -507,6 +588,9 @@ func (a *applier) recordEviction(pod PodRef) error {
 	defer a.jmu.Unlock()
 	if a.j == nil {
 		return nil
+	}
+	if err := a.checkLock("not evicting pod " + pod.String()); err != nil {
+		return err
 	}
 	if a.state.Evictions == nil {
 		a.state.Evictions = map[string]string{}
@@ -752,6 +836,16 @@ func (a *applier) deleteOldPool(ctx context.Context) error {
 	}
 	if err := a.wait(ctx); err != nil {
 		return err
+	}
+	if a.j != nil {
+		if err := a.checkLock("not deleting IPPool " + name); err != nil {
+			return err
+		}
+		// The pool as it was, in the journal (and the cluster's copy)
+		// before its delete.
+		if err := a.j.Put(deletedPoolKey(name), old); err != nil {
+			return fmt.Errorf("journaling IPPool %s before deleting it: %w", name, err)
+		}
 	}
 	err = a.cl.Pools.Delete(ctx, name, DeleteOptions{DryRun: a.opts.DryRun == DryRunServer, UID: a.plan.OldPool.UID})
 	if err != nil && !errors.Is(err, ErrPoolNotFound) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cidrshift/cidrshift/internal/access"
+	"github.com/cidrshift/cidrshift/internal/journal"
 )
 
 // RestartedAtAnnotation is the pod-template annotation `kubectl rollout
@@ -525,6 +526,9 @@ func (a *applier) permissions() []access.Check {
 					access.Check{Verb: "patch", Group: "apps", Resource: r, Namespace: ns})
 			}
 		}
+	}
+	if cj := a.opts.ClusterJournal.options(a.cl.Kube); cj != nil && a.opts.DryRun == DryRunNone {
+		checks = append(checks, journal.ClusterChecks(cj.Namespace)...)
 	}
 	return checks
 }

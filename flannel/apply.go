@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // Outcome is what happened to one plan step.
@@ -73,6 +74,25 @@ type ApplyOptions struct {
 	// every step's result is visible in etcd, but it leaves a durable trail of
 	// what a killed run was doing.
 	JournalDir string
+	// Lock, when set, is taken before the first write and held until Apply
+	// returns (a dry run does not take it); Apply checks it is still held
+	// before each transaction and stops when it is not. Use the Lease of
+	// LockScope.
+	Lock Locker
+}
+
+// LockScope names the Lease that serialises flannel network and subnet
+// changes across operators.
+const LockScope = lease.ScopeFlannel
+
+// Locker is a cluster-wide lock such as a coordination.k8s.io Lease.
+type Locker interface {
+	// Lock takes the lock, or fails at once when another run holds it, and
+	// returns the function that releases it. The holder may call it again.
+	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held; Apply calls it
+	// before each write.
+	Check() error
 }
 
 // journalRecord is what Apply writes to the journal for one step.
@@ -131,6 +151,13 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 		return nil, err
 	}
 	out := &ApplyResult{Steps: []StepResult{}}
+	if !opts.DryRun {
+		release, err := lease.Hold(ctx, opts.Lock)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	var jr *journal.Journal
 	planID := p.ID()
 	if opts.JournalDir != "" && !opts.DryRun {
@@ -205,6 +232,10 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 				report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
 				return out, fmt.Errorf("step %d (%s %s): stopped before writing: %w", i+1, st.Action, st.Key, err)
 			}
+		}
+		if err := lease.CheckHeld(opts.Lock, fmt.Sprintf("step %d (%s %s): not writing", i+1, st.Action, st.Key)); err != nil {
+			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
+			return out, err
 		}
 		if err := record(i, st, "writing", 0, nil); err != nil {
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})

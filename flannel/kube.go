@@ -18,6 +18,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // Defaults of kube subnet manager mode (kube-flannel.yml and flanneld flags).
@@ -416,6 +417,10 @@ type NetConfResult struct {
 // KubeApplyOptions tunes ApplyNetConf.
 type KubeApplyOptions struct {
 	DryRun DryRun
+	// Lock, when set, is taken before the update and held until
+	// ApplyNetConf returns (dry runs do not take it). Use the Lease of
+	// LockScope.
+	Lock Locker
 }
 
 // ApplyNetConf writes a NetConfPlan. Before writing it checks the caller may
@@ -468,6 +473,13 @@ func ApplyNetConf(ctx context.Context, c kubernetes.Interface, p *NetConfPlan, o
 	}
 	if opts.DryRun == DryRunClient {
 		return &NetConfResult{Outcome: OutcomeWouldApply, ResourceVersion: cm.ResourceVersion}, nil
+	}
+	if opts.DryRun == DryRunNone {
+		release, err := lease.Hold(ctx, opts.Lock)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	cm = cm.DeepCopy()
 	cm.Data[p.Key] = p.NewRaw

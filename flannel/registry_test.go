@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cidrshift/cidrshift/internal/kubetest"
+
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/stretchr/testify/assert"
@@ -447,4 +449,27 @@ func TestApplyJournal(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.Resumed)
 	assert.Equal(t, []Outcome{OutcomeAlreadyDone, OutcomeApplied}, outcomes(res))
+}
+
+// A lock lost before the write stops Apply with nothing written.
+func TestApplyStopsWhenTheLockIsLost(t *testing.T) {
+	ctx := context.Background()
+	m, _, reg := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
+	require.NoError(t, err)
+	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
+	snap, err := reg.Snapshot(ctx)
+	require.NoError(t, err)
+	mv, err := PlanMove(snap, []MoveRequest{{Key: "172.7.1.0-24"}})
+	require.NoError(t, err)
+	rev := m.Revision()
+	lock := &kubetest.Lock{ChecksLeft: 0}
+	_, err = reg.Apply(ctx, mv, ApplyOptions{Lock: lock})
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
+	assert.ErrorContains(t, err, "not writing: the run no longer holds its lock")
+	assert.Equal(t, rev, m.Revision(), "nothing written")
+	assert.False(t, lock.Held())
+	_, err = reg.Apply(ctx, mv, ApplyOptions{Lock: &kubetest.Lock{ChecksLeft: -1}})
+	require.NoError(t, err)
+	assert.Greater(t, m.Revision(), rev)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -70,6 +71,25 @@ type ApplyOptions struct {
 	Edits []string
 	// SkipAccessCheck skips the SelfSubjectAccessReviews made before the first write.
 	SkipAccessCheck bool
+	// Lock, when set, is taken before the first write and held until Apply
+	// returns (dry runs do not take it); Apply checks it is still held
+	// before each edit and stops when it is not. Use the Lease of
+	// LockScope.
+	Lock Locker
+}
+
+// LockScope names the Lease that serialises kubeadm configuration rewrites
+// across operators.
+const LockScope = lease.ScopeKubeadmConfig
+
+// Locker is a cluster-wide lock such as a coordination.k8s.io Lease.
+type Locker interface {
+	// Lock takes the lock, or fails at once when another run holds it, and
+	// returns the function that releases it. The holder may call it again.
+	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held; Apply calls it
+	// before each write.
+	Check() error
 }
 
 // ApplyResult lists what Apply did.
@@ -115,7 +135,19 @@ func Apply(ctx context.Context, client kubernetes.Interface, p *Plan, opts Apply
 			return res, err
 		}
 	}
+	if opts.DryRun == DryRunNone {
+		release, err := lease.Hold(ctx, opts.Lock)
+		if err != nil {
+			return res, err
+		}
+		defer release()
+	}
 	for _, e := range edits {
+		if opts.DryRun == DryRunNone {
+			if err := lease.CheckHeld(opts.Lock, "not editing ConfigMap "+e.Ref.String()); err != nil {
+				return res, err
+			}
+		}
 		ev, err := applyEdit(ctx, client, e, opts.DryRun)
 		if err != nil {
 			return res, err

@@ -2,56 +2,16 @@ package servicecidr_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
 )
-
-var errLost = errors.New("lease lost")
-
-// fakeLock is held from Lock until release; Check fails once checksLeft
-// checks have passed (a negative checksLeft never fails).
-type fakeLock struct {
-	mu         sync.Mutex
-	holds      int
-	locks      int
-	checksLeft int
-}
-
-func (l *fakeLock) Lock(context.Context) (func(), error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.holds++
-	l.locks++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.holds--
-			l.mu.Unlock()
-		})
-	}, nil
-}
-
-func (l *fakeLock) Check() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.holds == 0 {
-		return errors.New("not held")
-	}
-	if l.checksLeft == 0 {
-		return errLost
-	}
-	l.checksLeft--
-	return nil
-}
 
 // A run that loses its lock stops before its next delete, with the Service
 // it was about to move untouched; another machine (another journal
@@ -64,15 +24,15 @@ func TestApplyStopsWhenTheLockIsLostAndResumesFromTheClusterJournal(t *testing.T
 	require.NoError(t, err)
 	before := servicesByKey(cl)
 
-	lock := &fakeLock{checksLeft: 1}
+	lock := &kubetest.Lock{ChecksLeft: 1}
 	o := fastApply(t.TempDir())
 	o.Concurrency = 1
 	o.Lock = lock
 	o.ClusterJournal = &servicecidr.ClusterJournal{Namespace: "cidrshift"}
 	_, err = c.Apply(ctx, p, o)
-	require.ErrorIs(t, err, errLost)
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
 	assert.ErrorContains(t, err, "the run no longer holds its lock")
-	assert.Equal(t, 0, lock.holds, "released")
+	assert.False(t, lock.Held(), "released")
 	moved := 0
 	for _, m := range p.Moves {
 		live, ok := cl.Service(m.Namespace, m.Name)
@@ -87,7 +47,7 @@ func TestApplyStopsWhenTheLockIsLostAndResumesFromTheClusterJournal(t *testing.T
 	require.NotEmpty(t, cms.Items, "the run's records are in the cluster")
 
 	o2 := fastApply(t.TempDir())
-	o2.Lock = &fakeLock{checksLeft: -1}
+	o2.Lock = &kubetest.Lock{ChecksLeft: -1}
 	o2.ClusterJournal = o.ClusterJournal
 	res, err := c.Apply(ctx, p, o2)
 	require.NoError(t, err)
