@@ -148,6 +148,7 @@ type CalicoPodCIDRMigration struct {
 	o CalicoPodCIDROptions
 
 	mode                    Mode
+	env                     *Env
 	j                       Journal
 	from, to, svc, poolCIDR netip.Prefix
 	newPool                 string
@@ -243,6 +244,12 @@ func (o CalicoPodCIDROptions) Validate() error {
 // Kind implements Composition.
 func (m *CalicoPodCIDRMigration) Kind() string { return "calico-podcidr" }
 
+// LockScopes are the Leases a run holds: the IPPool swap's, the node
+// rewrite's and kubeadm's.
+func (m *CalicoPodCIDRMigration) LockScopes() []string {
+	return []string{calico.LockScope, nodecidr.LockScope, kubeadmcfg.LockScope}
+}
+
 // From is the pod range in use, as the last Prepare resolved it.
 func (m *CalicoPodCIDRMigration) From() netip.Prefix { return m.from }
 
@@ -280,7 +287,7 @@ func (m *CalicoPodCIDRMigration) kube() kubernetes.Interface { return m.o.Cluste
 // hold; the Calico pool swap and the node moves can be planned (a plan kept
 // in the journal is checked as untrusted input). Step 1 reports these checks.
 func (m *CalicoPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepared, error) {
-	m.mode, m.j = env.Mode, env.Journal
+	m.mode, m.j, m.env = env.Mode, env.Journal, env
 	m.to, m.from, m.svc = m.o.To, m.o.From, m.o.ServiceCIDR
 	m.poolCIDR, m.newPool = m.newPoolCIDR(), m.NewPool()
 	m.cplan, m.nplan, m.cplanSaved, m.nplanSaved, m.saving, m.checks = nil, nil, false, false, false, nil
@@ -638,6 +645,10 @@ func (m *CalicoPodCIDRMigration) calicoApply(ctx context.Context, env *Env, sr *
 		opts.DryRun = calico.DryRunServer
 	} else {
 		opts.JournalDir = filepath.Join(m.j.Dir(), "calico")
+		opts.Lock = m.env.Lock
+		if cs := m.env.ClusterJournal("calico"); cs != nil {
+			opts.ClusterJournal = &calico.ClusterJournal{Namespace: cs.Namespace, Name: cs.Name, Keep: cs.Keep}
+		}
 	}
 	res, err := calico.Apply(ctx, m.o.Cluster, p, opts)
 	var oc *calico.OperatorChangeError
@@ -789,6 +800,7 @@ func (m *CalicoPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *St
 		opts.DryRun = nodecidr.DryRunServer
 	} else {
 		opts.JournalDir = filepath.Join(m.j.Dir(), "nodecidr")
+		opts.Lock, opts.ClusterJournal = m.env.Lock, nodeClusterJournal(m.env, "nodecidr")
 	}
 	res, err := nodecidr.Apply(ctx, m.kube(), p, opts)
 	if res != nil {
@@ -814,7 +826,7 @@ func (m *CalicoPodCIDRMigration) kubeadmConfig(ctx context.Context, _ *Env, sr *
 		return nil
 	}
 	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
-		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.kube(), snap, m.mode, m.j, sr)
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.kube(), snap, m.env, sr)
 }
 
 // --- step 6: kube-controller-manager --cluster-cidr (operator) ---

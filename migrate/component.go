@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
+	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
 // podFlag returns the value of a flag on the command line of a pod's
@@ -149,7 +150,8 @@ type kubeadmEdits struct {
 	check func(*kubeadmcfg.Plan, *StepReport)
 }
 
-func (k kubeadmEdits) run(ctx context.Context, kube kubernetes.Interface, snap *kubeadmcfg.Snapshot, mode Mode, j Journal, sr *StepReport) error {
+func (k kubeadmEdits) run(ctx context.Context, kube kubernetes.Interface, snap *kubeadmcfg.Snapshot, env *Env, sr *StepReport) error {
+	mode, j := env.Mode, env.Journal
 	kp := &kubeadmcfg.Plan{}
 	found := false
 	var err error
@@ -189,9 +191,19 @@ func (k kubeadmEdits) run(ctx context.Context, kube kubernetes.Interface, snap *
 		return nil
 	}
 	dry := map[Mode]kubeadmcfg.DryRun{ModePlan: kubeadmcfg.DryRunClient, ModeServerDryRun: kubeadmcfg.DryRunServer}[mode]
-	res, err := kubeadmcfg.Apply(ctx, kube, kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits})
+	res, err := kubeadmcfg.Apply(ctx, kube, kp, kubeadmcfg.ApplyOptions{DryRun: dry, Edits: edits, Lock: env.Lock})
 	for _, e := range res.Events {
 		sr.Addf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome)
 	}
 	return err
+}
+
+// nodeClusterJournal is where a node rewrite of the run keeps the copy of
+// its journal (part is its subdirectory), or nil.
+func nodeClusterJournal(env *Env, part string) *nodecidr.ClusterJournal {
+	cs := env.ClusterJournal(part)
+	if cs == nil {
+		return nil
+	}
+	return &nodecidr.ClusterJournal{Namespace: cs.Namespace, Name: cs.Name, Keep: cs.Keep}
 }

@@ -148,6 +148,7 @@ type FlannelPodCIDRMigration struct {
 	o FlannelPodCIDROptions
 
 	mode                Mode
+	env                 *Env
 	j                   Journal
 	agents              *HostAgents
 	from, to, nodeRange netip.Prefix
@@ -244,6 +245,12 @@ func (o FlannelPodCIDROptions) Validate() error {
 // Kind implements Composition.
 func (m *FlannelPodCIDRMigration) Kind() string { return "flannel-podcidr" }
 
+// LockScopes are the Leases a run holds: flannel's, the node rewrite's and
+// kubeadm's.
+func (m *FlannelPodCIDRMigration) LockScopes() []string {
+	return []string{flannel.LockScope, nodecidr.LockScope, kubeadmcfg.LockScope}
+}
+
 // From is the Network in use, as the last Prepare resolved it.
 func (m *FlannelPodCIDRMigration) From() netip.Prefix { return m.from }
 
@@ -259,7 +266,7 @@ func (m *FlannelPodCIDRMigration) kubeOptions() flannel.KubeOptions {
 // everything the later steps need (preflight), and reads back and checks
 // the node plans an earlier run journaled. It writes nothing.
 func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepared, error) {
-	m.mode, m.j, m.agents = env.Mode, env.Journal, env.Agents
+	m.mode, m.j, m.agents, m.env = env.Mode, env.Journal, env.Agents, env
 	m.from, m.to, m.nodeRange, m.nc, m.fixPlan, m.rebasePlan = netip.Prefix{}, m.o.Network, netip.Prefix{}, nil, nil, nil
 	if m.o.RewriteNodes {
 		m.nodeRange = m.o.NodeRange
@@ -569,6 +576,7 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 		opts.DryRun = nodecidr.DryRunServer
 	} else {
 		opts.JournalDir = filepath.Join(m.j.Dir(), sub)
+		opts.Lock, opts.ClusterJournal = m.env.Lock, nodeClusterJournal(m.env, sub)
 	}
 	res, err := nodecidr.Apply(ctx, m.o.Kube, p, opts)
 	if res != nil {
@@ -780,7 +788,7 @@ func (m *FlannelPodCIDRMigration) setNetwork(ctx context.Context, _ *Env, sr *St
 	if m.mode == ModeServerDryRun {
 		dry = flannel.DryRunServer
 	}
-	res, err := flannel.ApplyNetConf(ctx, m.o.Kube, p, flannel.KubeApplyOptions{DryRun: dry})
+	res, err := flannel.ApplyNetConf(ctx, m.o.Kube, p, flannel.KubeApplyOptions{DryRun: dry, Lock: m.env.Lock})
 	if res != nil {
 		sr.Addf("net-conf.json: %s", res.Outcome)
 	}
@@ -827,7 +835,7 @@ func (m *FlannelPodCIDRMigration) kubeadmConfigMaps(ctx context.Context, sr *Ste
 		return nil
 	}
 	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
-		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.o.Kube, snap, m.mode, m.j, sr)
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.o.Kube, snap, m.env, sr)
 }
 
 // observeFlag decides from the API whether kube-controller-manager runs

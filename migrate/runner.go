@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // Mode says what a run does with the cluster.
@@ -121,6 +123,18 @@ type Report struct {
 // Paused reports whether the run stopped at an operator step.
 func (r *Report) Paused() bool { return r != nil && r.Waiting != nil }
 
+// done reports whether every step of an applying run is done.
+func (r *Report) done() bool {
+	for _, s := range r.Steps {
+		switch s.Status {
+		case StatusDone, StatusCompleted, StatusSkipped:
+		default:
+			return false
+		}
+	}
+	return len(r.Steps) > 0
+}
+
 // Step is one idempotent step of a migration.
 type Step interface {
 	// Name is the step's journal key (step/<name>) and its name in reports.
@@ -209,12 +223,66 @@ type Journal interface {
 }
 
 // Locker serialises migrations across operators: a Runner in ModeApply or
-// ModeServerDryRun holds the lock for the whole run.
+// ModeServerDryRun holds the lock for the whole run. It has the methods of
+// the packages' own Locker options (nodecidr, servicecidr, calico, flannel,
+// kubeadmcfg), so the compositions hand the run's lock to each package call,
+// which checks it before each destructive call.
 type Locker interface {
 	// Lock takes the lock, or fails at once naming who holds it (the
 	// cluster Lease of internal/lease does so), and returns the function
-	// that releases it.
+	// that releases it. The holder may call it again (the packages do).
 	Lock(ctx context.Context) (release func(), err error)
+	// Check returns nil while the lock is still held: the Runner calls it
+	// before each step that writes, and stops the run when it fails.
+	Check() error
+}
+
+// Scoped is implemented by the compositions of this package: the scopes
+// (coordination.k8s.io Lease names) a run must hold, one per package it
+// writes through, so that it excludes every other run of cidrshift that
+// writes the same objects (examples/noderecreate holds nodecidr's, for one).
+type Scoped interface {
+	LockScopes() []string
+}
+
+// LockScopes returns the scopes c's runs must hold: c's own when it is
+// Scoped, and otherwise one named after its Kind.
+func LockScopes(c Composition) []string {
+	if s, ok := c.(Scoped); ok {
+		return s.LockScopes()
+	}
+	return []string{"cidrshift-migrate-" + c.Kind()}
+}
+
+// ClusterJournal keeps a copy of a Runner's journal in the cluster, so that
+// a run whose machine is lost is resumed from another one (any JournalDir,
+// an empty one included) with the same kubeconfig: ConfigMaps in Namespace
+// labelled journal.cidrshift.io/scope=cidrshift-migrate-<kind> for the
+// Runner's own records (the intent, the plans, the steps done), and one
+// scope per package journal below it (…-<kind>-nodecidr, …-servicecidr,
+// …-calico), each written after the local record and before the call it
+// guards, at most 256 KiB of records per ConfigMap. A run that ends with
+// every step done deletes its ConfigMaps but the first of each scope, which
+// stays, emptied, labelled journal.cidrshift.io/state=finished (remove them
+// with kubectl delete configmap -n NAMESPACE -l
+// journal.cidrshift.io/state=finished). It needs a Runner.Lock. RBAC: get,
+// list, create, update and delete on configmaps in Namespace.
+type ClusterJournal struct {
+	// Client reaches the cluster.
+	Client kubernetes.Interface
+	// Namespace holds the ConfigMaps; empty means kube-system.
+	Namespace string
+	// Keep keeps a finished run's records, labelled finished.
+	Keep bool
+}
+
+// ClusterScope is where one package keeps the copy of its journal during a
+// run (see ClusterJournal): the fields of the packages' own ClusterJournal
+// options.
+type ClusterScope struct {
+	Namespace string
+	Name      string
+	Keep      bool
 }
 
 // Env is what a step sees of its run.
@@ -226,9 +294,28 @@ type Env struct {
 	Journal Journal
 	// Agents, when set, reach the node agents: a composition hands them the
 	// host work instead of printing it for a person (see HostAgents).
-	Agents   *HostAgents
+	Agents *HostAgents
+	// Lock is the run's lock in ModeApply (nil when the Runner has none):
+	// pass it to the Lock option of each package call, which checks it
+	// before each destructive call.
+	Lock     Locker
+	cluster  *ClusterJournal
+	kind     string
 	progress func(string)
 }
+
+// ClusterJournal returns where the package journal named part (the
+// subdirectory of Journal.Dir it lives in, such as "nodecidr") keeps its
+// copy in the cluster, or nil when the run keeps none.
+func (e *Env) ClusterJournal(part string) *ClusterScope {
+	if e.cluster == nil || e.Mode != ModeApply {
+		return nil
+	}
+	return &ClusterScope{Namespace: e.cluster.Namespace, Name: clusterScope(e.kind) + "-" + part, Keep: e.cluster.Keep}
+}
+
+// clusterScope is the cluster journal scope of a migration's own records.
+func clusterScope(kind string) string { return "cidrshift-migrate-" + kind }
 
 // Applying reports whether the run changes the cluster.
 func (e *Env) Applying() bool { return e.Mode == ModeApply }
@@ -286,8 +373,12 @@ type Runner struct {
 	// Progress, if set, receives one line per step started or finished.
 	Progress func(line string)
 	// Lock, if set, is held for the whole run in ModeApply and
-	// ModeServerDryRun.
+	// ModeServerDryRun, checked before each step that writes, and handed to
+	// the steps (Env.Lock). Take one Lease per scope in LockScopes.
 	Lock Locker
+	// ClusterJournal, if set, keeps a copy of the journal in the cluster in
+	// ModeApply. It needs Lock.
+	ClusterJournal *ClusterJournal
 	// Agents, if set, carry out the host work of the compositions that have
 	// some (FlannelPodCIDR) through the node agents (examples/nodenet-agent)
 	// instead of leaving it to a person: a moved node's agent right after
@@ -331,10 +422,16 @@ func (r *Runner) run(ctx context.Context, c Composition) (*Report, error) {
 	if now == nil {
 		now = time.Now
 	}
-	env := &Env{Mode: mode, Agents: r.Agents, progress: r.Progress}
+	env := &Env{Mode: mode, Agents: r.Agents, kind: c.Kind(), progress: r.Progress}
+	if mode == ModeApply {
+		env.Lock, env.cluster = r.Lock, r.ClusterJournal
+	}
 	rep := &Report{Kind: c.Kind(), Mode: mode}
 	if mode == ModeApply && r.JournalDir == "" {
 		return nil, inputf("a journal directory is required to apply: it records the finished steps and every object before its delete, so a rerun resumes")
+	}
+	if r.ClusterJournal != nil && (r.Lock == nil || r.ClusterJournal.Client == nil) {
+		return nil, inputf("a cluster journal needs a client and a Lock: only the holder of the lock may write it")
 	}
 	if r.JournalDir != "" {
 		if st, err := os.Stat(r.JournalDir); err == nil && !st.IsDir() {
@@ -343,11 +440,24 @@ func (r *Runner) run(ctx context.Context, c Composition) (*Report, error) {
 	}
 	if mode == ModeApply || r.JournalDir != "" {
 		if _, err := os.Stat(r.JournalDir); mode == ModeApply || err == nil {
-			j, err := journal.Open(r.JournalDir)
+			var co *journal.ClusterOptions
+			if cj := env.cluster; cj != nil {
+				co = &journal.ClusterOptions{Client: cj.Client, Namespace: cj.Namespace, Scope: clusterScope(c.Kind()), Holder: lease.Identity()}
+			}
+			j, err := journal.OpenWithCluster(ctx, r.JournalDir, co)
 			if err != nil {
 				return nil, fmt.Errorf("journal %s: %w", r.JournalDir, err)
 			}
 			defer j.Close()
+			if co != nil {
+				defer func() {
+					if rep != nil && rep.Waiting == nil && rep.done() {
+						if err := j.FinishRun(ctx, env.cluster.Keep); err != nil {
+							log.Info("finishing the cluster journal failed; its ConfigMaps stay until the next run", "err", err.Error())
+						}
+					}
+				}()
+			}
 			env.Journal = j
 			rep.Journal = r.JournalDir
 		}
@@ -388,6 +498,11 @@ func (r *Runner) run(ctx context.Context, c Composition) (*Report, error) {
 		}
 		ro, _ := s.(ReadOnly)
 		readOnly := ro != nil && ro.ReadOnly()
+		if !readOnly && env.Lock != nil {
+			if err := env.Lock.Check(); err != nil {
+				return rep, fmt.Errorf("not starting step %s: the run no longer holds its lock: %w", s.Name(), err)
+			}
+		}
 		if !readOnly {
 			if err := record(); err != nil {
 				return rep, err

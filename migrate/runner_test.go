@@ -209,6 +209,8 @@ func (l *countingLock) Lock(context.Context) (func(), error) {
 	return func() { l.held-- }, nil
 }
 
+func (l *countingLock) Check() error { return nil }
+
 func TestRunnerHoldsTheLockForWritingRuns(t *testing.T) {
 	l := &countingLock{}
 	c := &toy{open: true}

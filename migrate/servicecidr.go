@@ -113,6 +113,7 @@ type ServiceCIDRMigration struct {
 	o ServiceCIDROptions
 
 	mode     Mode
+	env      *Env
 	j        Journal
 	from, to []netip.Prefix
 	plan     *scPlanRecord
@@ -160,6 +161,12 @@ func (o ServiceCIDROptions) Validate() error {
 // Kind implements Composition.
 func (m *ServiceCIDRMigration) Kind() string { return "servicecidr" }
 
+// LockScopes are the Leases a run holds: the Service CIDR move's and
+// kubeadm's.
+func (m *ServiceCIDRMigration) LockScopes() []string {
+	return []string{servicecidr.LockScope, kubeadmcfg.LockScope}
+}
+
 // From is the range in use, as the last Prepare resolved it.
 func (m *ServiceCIDRMigration) From() []netip.Prefix { return m.from }
 
@@ -176,7 +183,7 @@ func (m *ServiceCIDRMigration) kube() kubernetes.Interface { return m.o.Client.K
 // a Service an interrupted run of the same journal deleted and did not
 // recreate (Plan refuses to plan around an absent Service).
 func (m *ServiceCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepared, error) {
-	m.mode, m.j, m.plan = env.Mode, env.Journal, nil
+	m.mode, m.j, m.plan, m.env = env.Mode, env.Journal, nil, env
 	m.to = m.o.To
 	from := m.o.From
 	if m.j != nil {
@@ -420,6 +427,10 @@ func (m *ServiceCIDRMigration) applyOptions(dry servicecidr.DryRun) servicecidr.
 	ao := servicecidr.ApplyOptions{DryRun: dry, ReadyTimeout: m.o.ReadyTimeout, PollInterval: m.o.PollInterval}
 	if m.j != nil && dry == servicecidr.DryRunNone {
 		ao.JournalDir = filepath.Join(m.j.Dir(), "servicecidr")
+		ao.Lock = m.env.Lock
+		if cs := m.env.ClusterJournal("servicecidr"); cs != nil {
+			ao.ClusterJournal = &servicecidr.ClusterJournal{Namespace: cs.Namespace, Name: cs.Name, Keep: cs.Keep}
+		}
 	}
 	ao.Progress = m.o.Events
 	return ao
@@ -545,7 +556,7 @@ func (m *ServiceCIDRMigration) nodeConfig(ctx context.Context, _ *Env, sr *StepR
 			if dnsNew != nil && kp.Target.ClusterDNS != nil && !slices.Equal(dnsNew, kp.Target.ClusterDNS) {
 				sr.Addf("warning: kubelet-config clusterDNS would become %v but the DNS Service moved to %v", kp.Target.ClusterDNS, dnsNew)
 			}
-		}}.run(ctx, m.kube(), snap, m.mode, m.j, sr)
+		}}.run(ctx, m.kube(), snap, m.env, sr)
 }
 
 func manualLine(m servicecidr.ManualStep) string {
