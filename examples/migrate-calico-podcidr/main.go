@@ -86,6 +86,7 @@ func connectorWith(progress io.Writer) connector {
 }
 
 type options struct {
+	lock                                                cli.LockFlags
 	kubeconfig, kubeContext, output, journalDir, dryRun string
 	from, to, serviceCIDR, newPoolCIDR                  string
 	m                                                   migrate.CalicoPodCIDROptions
@@ -129,6 +130,15 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 		mode = migrate.ModeServerDryRun
 	}
 	runner := migrate.Runner{Mode: mode, JournalDir: o.journalDir}
+	// Every run that writes holds the Leases of the packages it writes
+	// through, and keeps its journal in the cluster too (unless --no-lock).
+	lock, err := o.lock.Locker(o.m.Cluster.Kube, mode != migrate.ModePlan, migrate.LockScopes(m)...)
+	if err != nil {
+		return cli.Fail(stderr, prog, err, badInput...)
+	}
+	if lock != nil {
+		runner.Lock, runner.ClusterJournal = lock, &migrate.ClusterJournal{Client: o.m.Cluster.Kube, Namespace: o.lock.Namespace}
+	}
 	if o.output == "" {
 		runner.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 	}
@@ -177,6 +187,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.m.NodeMask, "node-mask", 0, "kube-controller-manager's --node-cidr-mask-size (default: as found in the cluster, else 24)")
 	fs.StringVar(&o.journalDir, "journal", "", "journal directory; required with --apply; rerun with the same one to resume")
 	fs.BoolVar(&o.apply, "apply", false, "carry out the runbook (otherwise print it as a plan)")
+	o.lock.Register(fs)
 	fs.StringVar(&o.dryRun, "dry-run", "", "client (print the plan) or server (the API server checks the writes of steps 2-5, stores nothing)")
 	fs.StringVar(&o.m.Manifests, "manifests", "", "directory holding kube-controller-manager.yaml to render the flag edit from (read only)")
 	fs.StringVar(&o.m.Out, "out", "", "with --manifests: directory to write the rewritten manifest to")
@@ -197,6 +208,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		return o, cli.Usagef("%s", err)
 	}
 	if err := cli.NoArgs(fs); err != nil {
+		return o, err
+	}
+	if err := o.lock.Check(); err != nil {
 		return o, err
 	}
 	switch {

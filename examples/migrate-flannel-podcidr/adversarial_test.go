@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/internal/cli/clitest"
 )
@@ -21,7 +22,11 @@ import (
 // one line naming the flag (or field) and the value, write nothing to the
 // cluster, and print no next step.
 
-// writes lists the cluster writes a run made (access reviews excluded).
+// writes lists the cluster writes a run made, access reviews and Leases
+// excluded: an --apply takes its Leases before it reads the cluster and the
+// journal kept there (only the holder reads a consistent run), so a run that
+// the cluster's state refuses has taken and released them; released() checks
+// that it left no holder.
 func writes(actions []k8stesting.Action) []string {
 	var out []string
 	for _, a := range actions {
@@ -30,7 +35,7 @@ func writes(actions []k8stesting.Action) []string {
 		default:
 			continue
 		}
-		if r := a.GetResource().Resource; r == "selfsubjectaccessreviews" || r == "subjectaccessreviews" {
+		if r := a.GetResource().Resource; r == "selfsubjectaccessreviews" || r == "subjectaccessreviews" || r == "leases" {
 			continue
 		}
 		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetNamespace())
@@ -174,6 +179,11 @@ func TestAdversarial(t *testing.T) {
 			ctxt := strings.Join(args, " ") + "\nstdout:\n" + stdout + "\nstderr:\n" + stderr
 			assert.Equal(t, tc.code, code, ctxt)
 			assert.Empty(t, writes(e.cs.Actions()), "bad input must write nothing: %s", ctxt)
+			leases, err := e.cs.CoordinationV1().Leases("").List(t.Context(), metav1.ListOptions{})
+			require.NoError(t, err)
+			for _, l := range leases.Items {
+				assert.Empty(t, ptr.Deref(l.Spec.HolderIdentity, ""), "Lease %s released: %s", l.Name, ctxt)
+			}
 			assert.Equal(t, before, e.netConf(t), ctxt)
 			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			assert.Len(t, lines, 1, "one line on stderr: %s", ctxt)
@@ -219,11 +229,14 @@ func TestRestartsOnlyFlannelDaemonSets(t *testing.T) {
 }
 
 // editedJournal runs the runbook until it waits for the operator (steps 1
-// and 2 done), then rewrites its journal's fix plan with edit.
+// and 2 done), then rewrites its journal's fix plan with edit. The first run
+// keeps no copy in the cluster (--no-lock): a directory that follows a run
+// kept in the cluster gets the cluster's records back on the next run, which
+// would undo the edit.
 func editedJournal(t *testing.T, e *env, edit func(string) string) string {
 	t.Helper()
 	dir := t.TempDir()
-	code, out, errOut := e.run(t, "--network", "10.240.0.0/12", "--journal", dir, "--apply", "--poll-interval", "10ms")
+	code, out, errOut := e.run(t, "--network", "10.240.0.0/12", "--journal", dir, "--apply", "--poll-interval", "10ms", "--no-lock")
 	require.Equal(t, exitWaiting, code, "%s\n%s", out, errOut)
 	path := filepath.Join(dir, keyFixPlan+".json")
 	b, err := os.ReadFile(path)

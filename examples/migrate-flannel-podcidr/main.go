@@ -72,6 +72,7 @@ func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (k
 }
 
 type options struct {
+	lock                                                cli.LockFlags
 	kubeconfig, kubeContext, output, journalDir, dryRun string
 	network, from, nodeRange                            string
 	apply, agents                                       bool
@@ -134,6 +135,15 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 		mode = migrate.ModeApply
 	}
 	runner := migrate.Runner{Mode: mode, JournalDir: o.journalDir}
+	// Every run that writes holds the Leases of the packages it writes
+	// through, and keeps its journal in the cluster too (unless --no-lock).
+	lock, err := o.lock.Locker(o.m.Kube, mode != migrate.ModePlan, migrate.LockScopes(m)...)
+	if err != nil {
+		return cli.Fail(stderr, prog, err, badInput...)
+	}
+	if lock != nil {
+		runner.Lock, runner.ClusterJournal = lock, &migrate.ClusterJournal{Client: o.m.Kube, Namespace: o.lock.Namespace}
+	}
 	if o.agents {
 		runner.Agents = &o.hosts
 	}
@@ -180,6 +190,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.m.FlannelSelector, "flannel-selector", "app=flannel", "label selector of the flannel pods")
 	fs.StringVar(&o.journalDir, "journal", "", "journal directory; required with --apply; rerun with the same one to resume")
 	fs.BoolVar(&o.apply, "apply", false, "carry out the runbook (otherwise print it as a plan)")
+	o.lock.Register(fs)
 	fs.StringVar(&o.dryRun, "dry-run", "", "client (print the plan) or server (the API server checks every write, stores nothing)")
 	fs.StringVar(&o.m.Manifests, "manifests", "", "directory holding kube-controller-manager.yaml to render the --cluster-cidr edit from (read only)")
 	fs.StringVar(&o.m.Out, "out", "", "with --manifests: directory to write the rewritten manifest to")
@@ -241,6 +252,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 			return o, cli.Usagef("--%s: %s", p.flag, err)
 		}
 		*p.dst = v
+	}
+	if err := o.lock.Check(); err != nil {
+		return o, err
 	}
 	return o, nil
 }

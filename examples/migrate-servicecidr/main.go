@@ -77,6 +77,7 @@ func kubeconfigConnector(ctx context.Context, kubeconfig, kubeContext string) (*
 }
 
 type options struct {
+	lock                                                cli.LockFlags
 	kubeconfig, kubeContext, output, journalDir, dryRun string
 	from, to                                            string
 	m                                                   migrate.ServiceCIDROptions
@@ -134,6 +135,15 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 		mode = migrate.ModeApply
 	}
 	runner := migrate.Runner{Mode: mode, JournalDir: o.journalDir}
+	// Every run that writes holds the Leases of the packages it writes
+	// through, and keeps its journal in the cluster too (unless --no-lock).
+	lock, err := o.lock.Locker(o.m.Client.Kube(), mode != migrate.ModePlan, migrate.LockScopes(m)...)
+	if err != nil {
+		return cli.Fail(stderr, "migrate-servicecidr", err, badInput...)
+	}
+	if lock != nil {
+		runner.Lock, runner.ClusterJournal = lock, &migrate.ClusterJournal{Client: o.m.Client.Kube(), Namespace: o.lock.Namespace}
+	}
 	if o.output == "" {
 		runner.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 	}
@@ -174,6 +184,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.StringVar(&o.to, "to", "", "new Service range(s), one per family (required)")
 	fs.StringVar(&o.journalDir, "journal", "", "journal directory; required with --apply; rerun with the same one to resume")
 	fs.BoolVar(&o.apply, "apply", false, "carry out the runbook (otherwise print it as a plan)")
+	o.lock.Register(fs)
 	fs.StringVar(&o.dryRun, "dry-run", "", "client (print the plan) or server (the API server checks every write of steps 1-4, stores nothing)")
 	fs.BoolVar(&o.m.IncludeLoadBalancers, "include-loadbalancers", false, "also move type=LoadBalancer Services (their external address may change)")
 	fs.StringVar(&o.m.Manifests, "manifests", "", "directory holding kube-apiserver.yaml and kube-controller-manager.yaml to render the flag edits from (read only)")
@@ -223,6 +234,9 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 		if d.v == 0 {
 			return o, cli.Usagef("--%s %s: must be positive", d.name, d.v)
 		}
+	}
+	if err := o.lock.Check(); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -73,3 +73,12 @@ func (f *LockFlags) Hold(ctx context.Context, client kubernetes.Interface, scope
 	}
 	return release, nil
 }
+
+// Locker returns, for a run that writes (or server-dry-runs), the Leases of
+// scopes held together (lease.Group); nil for a plan or with --no-lock.
+func (f *LockFlags) Locker(client kubernetes.Interface, writes bool, scopes ...string) (lease.Locker, error) {
+	if f.Off || !writes {
+		return nil, nil
+	}
+	return lease.NewGroup(client, lease.Options{Namespace: f.Namespace, Duration: f.Duration, Steal: f.Steal}, scopes...)
+}
