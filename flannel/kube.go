@@ -282,8 +282,9 @@ func networkText(p netip.Prefix, v6 bool) string {
 // subnet manager will at its next start: every node needs spec.podCIDR, each
 // podCIDR of an enabled family must lie inside the Network, and the
 // backend-type annotation (what the node's flanneld last ran) should match
-// the configured backend. Duplicate podCIDRs are the nodecidr package's
-// concern and are not reported here.
+// the configured backend, and no two nodes may announce the same
+// public-ip. Duplicate podCIDRs are the nodecidr package's concern and are
+// not reported here.
 func AuditKube(nc *NetConf, nodes []Node) *Report {
 	rep := &Report{Findings: []Finding{}}
 	add := func(f Finding) { rep.Findings = append(rep.Findings, f) }
@@ -341,6 +342,27 @@ func AuditKube(nc *NetConf, nodes []Node) *Report {
 		if !n.KubeSubnetManager {
 			add(Finding{Kind: FindingNotManaged, Severity: cidr.SeverityInfo, Nodes: names,
 				Detail: "the node has no kube-subnet-manager annotation: flanneld has not run on it in kube subnet manager mode"})
+		}
+	}
+	// Two nodes announcing one public-ip: every other node routes (or
+	// encapsulates) both nodes' subnets to the same host.
+	byIP := map[netip.Addr][]string{}
+	var ips []netip.Addr
+	for _, n := range nodes {
+		for _, ip := range []netip.Addr{n.PublicIP, n.PublicIPv6} {
+			if !ip.IsValid() {
+				continue
+			}
+			if _, ok := byIP[ip]; !ok {
+				ips = append(ips, ip)
+			}
+			byIP[ip] = append(byIP[ip], n.Name)
+		}
+	}
+	for _, ip := range ips {
+		if names := byIP[ip]; len(names) > 1 {
+			add(Finding{Kind: FindingDuplicatePublicIP, Severity: cidr.SeverityError, Nodes: names,
+				Detail: fmt.Sprintf("nodes %s all announce public-ip %s: the other nodes send the pod traffic of all of them to one host, so the pods of all but one are unreachable", strings.Join(names, ", "), ip)})
 		}
 	}
 	sortFindings(rep.Findings)

@@ -63,6 +63,13 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	return parseManifest("static-pod manifest", data)
 }
 
+// ParseManifestFrom is ParseManifest with the source that errors and
+// findings name, such as "Pod kube-system/kube-apiserver-cp1" for a
+// control-plane Pod read from the API server or a dump.
+func ParseManifestFrom(source string, data []byte) (*Manifest, error) {
+	return parseManifest(source, data)
+}
+
 // ReadManifestFile reads a static-pod manifest from a file; errors and
 // findings name the file.
 func ReadManifestFile(path string) (*Manifest, error) {

@@ -23,12 +23,34 @@ type Dump struct {
 	// Pods are the dump's Pods, reduced to what the audit reads.
 	Pods []PodSummary
 	// ControlPlanePods are the kube-system Pods labelled
-	// component=kube-controller-manager, decoded in full so that their
-	// command lines can be read (ParseControllerManagerArgs). They are in
-	// Pods as well.
+	// component=kube-controller-manager or component=kube-apiserver, decoded
+	// in full so that their command lines can be read
+	// (ParseControllerManagerArgs). They are in Pods as well.
 	ControlPlanePods []corev1.Pod
-	// Skipped counts objects of other kinds (Services, ...).
+	// Objects are the objects of other kinds that DumpOptions.Keep accepted,
+	// in input order.
+	Objects []Object
+	// Skipped counts objects of other kinds (Services, ...) that were not kept.
 	Skipped int
+}
+
+// DumpOptions tunes ReadDumpWith.
+type DumpOptions struct {
+	// Keep, when set, is asked about every object that is neither a core/v1
+	// Pod nor a core/v1 Node, with the object's apiVersion and kind; an
+	// object it accepts is kept in Dump.Objects instead of being counted in
+	// Skipped. It is called from several goroutines at once.
+	Keep func(apiVersion, kind string) bool
+}
+
+// Object is an object of another kind than Pod or Node that a dump held and
+// DumpOptions.Keep accepted.
+type Object struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// JSON is the whole object as JSON (converted from YAML when the dump
+	// was YAML), for the caller to decode into the type it needs.
+	JSON []byte `json:"json"`
 }
 
 // PodSummary is the part of a Pod the audit reads.
@@ -87,9 +109,18 @@ func DecodeObjects(data []byte) (*Dump, error) {
 // "- " in the items' column. Input that starts with `{"` (after white space)
 // is read as JSON, a stream of JSON values.
 func ReadDump(ctx context.Context, r io.Reader) (*Dump, error) {
+	return ReadDumpWith(ctx, r, DumpOptions{})
+}
+
+// ReadDumpWith is ReadDump that also keeps the objects of other kinds that
+// opts.Keep accepts (Services, ConfigMaps, Calico IPPools, ...) in
+// Dump.Objects. Pods and Nodes take the same fast paths as in ReadDump; a
+// kept object is decoded by the full decoder (sigs.k8s.io/yaml), so keep
+// only the kinds needed.
+func ReadDumpWith(ctx context.Context, r io.Reader, opts DumpOptions) (*Dump, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := newPipeline(ctx, cancel)
+	p := newPipeline(ctx, cancel, opts.Keep)
 	br := bufio.NewReaderSize(r, 1<<20)
 	go func() {
 		defer p.closeJobs()
@@ -163,16 +194,20 @@ type job struct {
 	doc       int // 1-based document number
 	firstItem int // index of the first item of this job in its List
 	indent    int // column of the "-" that starts each item (jobYAMLItems)
-	buf       []byte
-	ends      []int // item i is buf[ends[i-1]:ends[i]] (ends[-1] = 0)
-	err       error
-	res       jobResult
+	// defKind and defAPIVersion are the kind of JSON List items that name
+	// none (the items of a typed List such as NodeList).
+	defKind, defAPIVersion string
+	buf                    []byte
+	ends                   []int // item i is buf[ends[i-1]:ends[i]] (ends[-1] = 0)
+	err                    error
+	res                    jobResult
 }
 
 type jobResult struct {
 	nodes   []corev1.Node
 	pods    []PodSummary
 	cp      []corev1.Pod
+	objects []Object
 	skipped int
 	err     error
 }
@@ -196,7 +231,7 @@ type pipeline struct {
 	wg      sync.WaitGroup
 }
 
-func newPipeline(ctx context.Context, cancel context.CancelFunc) *pipeline {
+func newPipeline(ctx context.Context, cancel context.CancelFunc, keep func(apiVersion, kind string) bool) *pipeline {
 	n := runtime.GOMAXPROCS(0)
 	p := &pipeline{
 		ctx:     ctx,
@@ -211,6 +246,7 @@ func newPipeline(ctx context.Context, cancel context.CancelFunc) *pipeline {
 		go func() {
 			defer p.wg.Done()
 			w := newWorker()
+			w.keep = keep
 			for j := range p.jobs {
 				if ctx.Err() != nil {
 					return
@@ -328,6 +364,7 @@ func (d *Dump) merge(j *job) error {
 	d.Nodes = append(d.Nodes, r.nodes...)
 	d.Pods = append(d.Pods, r.pods...)
 	d.ControlPlanePods = append(d.ControlPlanePods, r.cp...)
+	d.Objects = append(d.Objects, r.objects...)
 	d.Skipped += r.skipped
 	return nil
 }

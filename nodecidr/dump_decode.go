@@ -58,14 +58,23 @@ func isCore(apiVersion string) bool { return apiVersion == "" || apiVersion == "
 
 // isControlPlane reports whether a Pod is decoded in full for ControlPlanePods.
 func isControlPlane(namespace, component string) bool {
-	return namespace == "kube-system" && component == cidr.KubeControllerManager
+	return namespace == "kube-system" && (component == cidr.KubeControllerManager || component == cidr.KubeAPIServer)
+}
+
+// kept reports whether an object of another kind goes to Dump.Objects.
+func (w *worker) kept(apiVersion, kind []byte) bool {
+	return w.keep != nil && w.keep(string(apiVersion), string(kind))
 }
 
 // worker decodes jobs; each pipeline goroutine has its own.
 type worker struct {
-	fp     fastPod
-	jp     jsonPod
-	intern map[string]string
+	keep func(apiVersion, kind string) bool
+	// defKind and defAPIVersion are given to List items that name no kind
+	// (see job.defKind).
+	defKind, defAPIVersion string
+	fp                     fastPod
+	jp                     jsonPod
+	intern                 map[string]string
 }
 
 func newWorker() *worker { return &worker{intern: make(map[string]string, 1024)} }
@@ -101,6 +110,8 @@ func (w *worker) run(j *job) {
 			r.err = w.yamlDoc(j.buf, j.doc, r)
 		}
 	case jobJSONItems:
+		w.defKind, w.defAPIVersion = j.defKind, j.defAPIVersion
+		defer func() { w.defKind, w.defAPIVersion = "", "" }()
 		for i := range j.ends {
 			if w.fastJSON(j.item(i), r) {
 				continue
@@ -157,7 +168,7 @@ func (w *worker) fast(raw []byte, indent int, allowList bool, r *jobResult) bool
 	core := len(f.apiVersion) == 0 || string(f.apiVersion) == "v1"
 	switch {
 	case string(f.kind) == "Pod" && core:
-		if string(f.namespace) == "kube-system" && string(f.component) == cidr.KubeControllerManager {
+		if isControlPlane(string(f.namespace), string(f.component)) {
 			return false
 		}
 		r.pods = append(r.pods, w.summary(f))
@@ -171,7 +182,7 @@ func (w *worker) fast(raw []byte, indent int, allowList bool, r *jobResult) bool
 			return false // the full decoder reports it
 		}
 		r.nodes = append(r.nodes, n)
-	case len(f.kind) == 0, allowList && bytes.HasSuffix(f.kind, []byte("List")):
+	case len(f.kind) == 0, allowList && bytes.HasSuffix(f.kind, []byte("List")), w.kept(f.apiVersion, f.kind):
 		return false
 	default:
 		r.skipped++
@@ -222,6 +233,9 @@ func (w *worker) decodeJSON(js []byte, doc, item int, allowList bool, r *jobResu
 		}
 		p.Kind, p.APIVersion = tm.Kind, tm.APIVersion
 	}
+	if p.Kind == "" && item >= 0 && w.defKind != "" {
+		p.Kind, p.APIVersion = w.defKind, w.defAPIVersion
+	}
 	core := isCore(p.APIVersion)
 	switch {
 	case p.Kind == "Pod" && core:
@@ -261,6 +275,8 @@ func (w *worker) decodeJSON(js []byte, doc, item int, allowList bool, r *jobResu
 		r.nodes = append(r.nodes, n)
 	case p.Kind == "":
 		return fmt.Errorf("%w: %s: no kind; want a Node, a Pod or a List of them", ErrDump, where(doc, item))
+	case w.keep != nil && w.keep(p.APIVersion, p.Kind):
+		r.objects = append(r.objects, Object{APIVersion: p.APIVersion, Kind: p.Kind, JSON: bytes.Clone(js)})
 	default:
 		r.skipped++
 	}

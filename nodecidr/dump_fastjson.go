@@ -6,8 +6,6 @@ import (
 	"math/bits"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/cidrshift/cidrshift/cidr"
 )
 
 // jsonPod is the fast path for one JSON List item: a validating scan that
@@ -34,10 +32,13 @@ func (w *worker) fastJSON(raw []byte, r *jobResult) bool {
 	if !s.value(wTop) || !s.end() {
 		return false
 	}
+	if len(s.kind) == 0 && w.defKind != "" {
+		s.kind, s.apiVersion = []byte(w.defKind), []byte(w.defAPIVersion)
+	}
 	core := len(s.apiVersion) == 0 || string(s.apiVersion) == "v1"
 	switch {
 	case string(s.kind) == "Pod" && core:
-		if string(s.namespace) == "kube-system" && string(s.component) == cidr.KubeControllerManager {
+		if isControlPlane(string(s.namespace), string(s.component)) {
 			return false
 		}
 		r.pods = append(r.pods, w.summary(&s.fastPod))
@@ -47,7 +48,7 @@ func (w *worker) fastJSON(raw []byte, r *jobResult) bool {
 			return false
 		}
 		r.nodes = append(r.nodes, n)
-	case len(s.kind) == 0:
+	case len(s.kind) == 0, w.kept(s.apiVersion, s.kind):
 		return false
 	default:
 		r.skipped++

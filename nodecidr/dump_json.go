@@ -199,6 +199,7 @@ func (s *jsonReader) document(doc int) error {
 	s.pos++
 	obj := []byte{'{'}
 	streamed := false
+	var listKind, listAPIVersion string // seen before the items: the kind of items that name none
 	if c, err := s.peek(); err == nil && c == '}' {
 		s.pos++
 	} else {
@@ -228,7 +229,7 @@ func (s *jsonReader) document(doc int) error {
 					return errors.New("items given twice")
 				}
 				s.pos++
-				n, err := s.items(doc)
+				n, err := s.items(doc, itemKind(listKind), listAPIVersion)
 				if err != nil {
 					return err
 				}
@@ -253,6 +254,12 @@ func (s *jsonReader) document(doc int) error {
 				v, err := s.value()
 				if err != nil {
 					return err
+				}
+				switch key {
+				case "kind":
+					_ = json.Unmarshal(v, &listKind) // not a string: the decoder reports it
+				case "apiVersion":
+					_ = json.Unmarshal(v, &listAPIVersion)
 				}
 				if len(obj) > 1 {
 					obj = append(obj, ',')
@@ -299,9 +306,21 @@ func (s *jsonReader) expectString() error {
 	return nil
 }
 
+// itemKind is the kind of the items of a typed List ("Node" for
+// "NodeList"), or "" for a plain List or another kind.
+func itemKind(listKind string) string {
+	k, ok := strings.CutSuffix(listKind, "List")
+	if !ok {
+		return ""
+	}
+	return k
+}
+
 // items reads the elements of an "items" array (its '[' consumed) into
-// batches, and returns how many there were.
-func (s *jsonReader) items(doc int) (n int, err error) {
+// batches, and returns how many there were. Items without a kind are read
+// as defKind and defAPIVersion, as a typed List holds them (the output of
+// kubectl cluster-info dump).
+func (s *jsonReader) items(doc int, defKind, defAPIVersion string) (n int, err error) {
 	var j *job
 	flush := func() error {
 		if j != nil && len(j.ends) > 0 && !s.p.send(j) {
@@ -323,7 +342,7 @@ func (s *jsonReader) items(doc int) (n int, err error) {
 			if j = s.p.newJob(jobJSONItems, doc); j == nil {
 				return n, errStopped
 			}
-			j.firstItem = n
+			j.firstItem, j.defKind, j.defAPIVersion = n, defKind, defAPIVersion
 		}
 		v, err := s.value()
 		if err != nil {

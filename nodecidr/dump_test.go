@@ -300,3 +300,36 @@ func TestSummarizePod(t *testing.T) {
 	cp := d.ControlPlanePods[0]
 	assert.Equal(t, d.Pods[1], SummarizePod(&cp))
 }
+
+// TestReadDumpWithKeep: objects of other kinds that Keep accepts are kept as
+// JSON (from YAML and JSON Lists), the rest counted; typed List items that
+// name no kind (kubectl cluster-info dump) take the List's.
+func TestReadDumpWithKeep(t *testing.T) {
+	keep := func(apiVersion, kind string) bool {
+		return kind == "Service" || apiVersion == "crd.projectcalico.org/v1"
+	}
+	yml := "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: web}\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: s}\n" +
+		"- apiVersion: crd.projectcalico.org/v1\n  kind: IPPool\n  metadata: {name: p}\n  spec: {cidr: 10.0.0.0/16}\n"
+	d, err := ReadDumpWith(t.Context(), strings.NewReader(yml), DumpOptions{Keep: keep})
+	require.NoError(t, err)
+	require.Len(t, d.Objects, 2)
+	assert.Equal(t, "Service", d.Objects[0].Kind)
+	assert.JSONEq(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"web"}}`, string(d.Objects[0].JSON))
+	assert.Equal(t, "IPPool", d.Objects[1].Kind)
+	assert.Equal(t, 1, d.Skipped)
+
+	js := `{"kind":"ServiceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}` +
+		`{"kind":"NodeList","apiVersion":"v1","items":[{"metadata":{"name":"n1"},"spec":{"podCIDR":"10.0.0.0/24"}}]}`
+	d, err = ReadDumpWith(t.Context(), strings.NewReader(js), DumpOptions{Keep: keep})
+	require.NoError(t, err)
+	require.Len(t, d.Objects, 2)
+	assert.Equal(t, "Service", d.Objects[1].Kind)
+	require.Len(t, d.Nodes, 1)
+	assert.Equal(t, "n1", d.Nodes[0].Name)
+
+	// Without Keep, nothing is kept.
+	d, err = ReadDump(t.Context(), strings.NewReader(yml))
+	require.NoError(t, err)
+	assert.Empty(t, d.Objects)
+	assert.Equal(t, 3, d.Skipped)
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -79,7 +80,7 @@ func TestAdversarial(t *testing.T) {
 					}
 					return false, nil, nil
 				})
-				r = runApp(t, &app{connect: func(string, string) (kubernetes.Interface, error) { return c, nil }}, tc.args...)
+				r = runApp(t, &app{connect: func(string, string) (kubernetes.Interface, dynamic.Interface, error) { return c, nil, nil }}, tc.args...)
 				assert.Empty(t, writes)
 			} else {
 				r = runArgs(tc.args...)
@@ -129,7 +130,7 @@ func TestAdversarialForbidden(t *testing.T) {
 	c.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, &forbidden
 	})
-	r := runApp(t, &app{connect: func(string, string) (kubernetes.Interface, error) { return c, nil }}, "--kubeconfig", "kc", "--cluster-cidr", "10.0.0.0/8")
+	r := runApp(t, &app{connect: func(string, string) (kubernetes.Interface, dynamic.Interface, error) { return c, nil, nil }}, "--kubeconfig", "kc", "--cluster-cidr", "10.0.0.0/8")
 	assert.Equal(t, 4, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "forbidden")
 }

@@ -19,8 +19,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/nodecidr"
 	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
 )
@@ -43,9 +45,9 @@ func runArgs(args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
-func decode(t *testing.T, out string) report {
+func decode(t *testing.T, out string) migrate.DoctorReport {
 	t.Helper()
-	var r report
+	var r migrate.DoctorReport
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 	return r
 }
@@ -70,7 +72,7 @@ func TestSampleWithNoArguments(t *testing.T) {
 	// Summary first, then findings, then the fix plan.
 	iSummary, iErrors, iPlan := strings.Index(out, "SUMMARY:"), strings.Index(out, "\nERRORS\n"), strings.Index(out, "\nFIX PLAN ")
 	require.True(t, iSummary >= 0 && iErrors > iSummary && iPlan > iErrors, out)
-	assert.Contains(t, out, "300 nodes; 24 errors, 0 warnings; 24 nodes need a new podCIDR")
+	assert.Contains(t, out, "300 nodes; 26 errors, 0 warnings; 24 nodes need a new podCIDR; 1 flannel repairs")
 	assert.Contains(t, out, "10.244.0.0/12 has host bits set")
 	assert.Contains(t, out, "IPv4 10.240.0.0/12 in /24 subnets: 4096 total, 276 used")
 	assert.Contains(t, out, "4 nodes without one")
@@ -78,7 +80,14 @@ func TestSampleWithNoArguments(t *testing.T) {
 	assert.Contains(t, out, "missing-podcidr (4)")
 	assert.Contains(t, out, "podCIDR 10.244.9.0/24 is shared by k8s-worker-007 (held longest) and k8s-worker-188")
 	assert.Regexp(t, `k8s-worker-181\s+patch\s+-\s+10.240.93.0/24`, out)
-	assert.Contains(t, out, "noderecreate --fix --cluster-cidr 10.244.0.0/12 --node-mask 24 --apply")
+	// Seed 001's chain, in one report: the duplicates above, the host-gw
+	// node with the line flanneld prints, and kube-proxy disagreeing.
+	assert.Contains(t, out, "flannel-backend-mismatch (1)")
+	assert.Contains(t, out, "node k8s-worker-042 announces flannel.alpha.coreos.com/backend-type=host-gw")
+	assert.Contains(t, out, "`ignoring non-vxlan v4Subnet(10.244.44.0/24) v6Subnet(::/0): type=host-gw`")
+	assert.Contains(t, out, "kube-proxy-cluster-cidr-mismatch (1)")
+	assert.Contains(t, out, "kubectl annotate node k8s-worker-042 flannel.alpha.coreos.com/backend-type=vxlan --overwrite")
+	assert.Contains(t, out, "noderecreate --fix --cluster-cidr 10.240.0.0/12 --node-mask 24 --apply")
 
 	r = runArgs("-o", "json")
 	require.Equal(t, 1, r.code)
@@ -101,10 +110,17 @@ func TestSampleWithNoArguments(t *testing.T) {
 	assert.ElementsMatch(t, append(dups, missing...), planned)
 	assert.True(t, rep.ControllerManager.WouldStart)
 	assert.False(t, rep.Healthy)
+	require.Len(t, rep.With(migrate.CodeFlannelBackendMismatch), 1)
+	assert.Equal(t, "k8s-worker-042", rep.With(migrate.CodeFlannelBackendMismatch)[0].Objects[0].Name)
+	require.Len(t, rep.With(migrate.CodeKubeProxyClusterCIDRMismatch), 1)
+	require.Len(t, rep.Repairs, 1)
+	assert.Equal(t, "vxlan", rep.Repairs[0].To)
 
 	r = runArgs("-o", "yaml")
 	require.Equal(t, 1, r.code)
 	assert.Contains(t, r.stdout, "kind: duplicate-podcidr")
+	assert.Contains(t, r.stdout, "code: flannel-backend-mismatch")
+	assert.Contains(t, r.stdout, "repairs:")
 }
 
 // sample/cluster.yaml must be what sample/gen.go writes.
@@ -163,7 +179,7 @@ func TestDumpFile(t *testing.T) {
 
 	r := runArgs("-f", file)
 	assert.Equal(t, 2, r.code)
-	assert.Equal(t, "doctor: --cluster-cidr is required: the dump has no kube-controller-manager pod to read it from\n", r.stderr)
+	assert.Equal(t, "doctor: --cluster-cidr is required: no kube-controller-manager flags: file "+file+" has no kube-controller-manager Pod and no kubeadm-config to read them from\n", r.stderr)
 
 	// The first story after the workers moved: the control plane was left behind.
 	r = runArgs("-f", file, "--cluster-cidr", "10.20.0.0/16", "--node-mask", "24")
@@ -185,13 +201,13 @@ func TestDumpFile(t *testing.T) {
 	res := runApp(t, a, "-f", "-")
 	require.Equal(t, 0, res.code, res.stdout+res.stderr)
 	assert.Contains(t, res.stdout, "SUMMARY: HEALTHY")
-	assert.Contains(t, res.stdout, "from pod kube-system/kube-controller-manager-master1 in the dump")
+	assert.Contains(t, res.stdout, "from Pod kube-system/kube-controller-manager-master1 in the dump")
 
 	for _, tc := range []struct {
 		args []string
 		msg  string
 	}{
-		{[]string{"-f", filepath.Join(dir, "none.yaml")}, "-f: open"},
+		{[]string{"-f", filepath.Join(dir, "none.yaml")}, "-f: stat"},
 		{[]string{"-f", file, "--kubeconfig", "x"}, "exclude each other"},
 		{[]string{"-o", "xml"}, `-o "xml"`},
 		{[]string{"--new-node-mask", "24"}, "--new-node-mask needs --new-cluster-cidr"},
@@ -214,7 +230,7 @@ func TestDumpFile(t *testing.T) {
 	r = runArgs("-f", js, "-o", "json")
 	require.Equal(t, 1, r.code, r.stderr)
 	rep := decode(t, r.stdout)
-	assert.Equal(t, "pod kube-system/kube-controller-manager-master1 in the dump", rep.FlagsSource)
+	assert.Equal(t, "Pod kube-system/kube-controller-manager-master1 in the dump", rep.FlagsSource)
 	assert.Equal(t, 1, rep.Audit.Pods)
 	assert.Equal(t, []string{"master1"}, rep.Audit.NodesWith(nodecidr.FindingPodIPOutside))
 
@@ -247,13 +263,13 @@ func TestLiveCluster(t *testing.T) {
 		nodeLists++
 		return false, nil, nil
 	})
-	a := &app{connect: func(string, string) (kubernetes.Interface, error) { return c, nil }}
+	a := &app{connect: func(string, string) (kubernetes.Interface, dynamic.Interface, error) { return c, nil, nil }}
 
 	r := runApp(t, a, "--context", "prod")
 	require.Equal(t, 1, r.code, r.stderr)
 	assert.Equal(t, 1, nodeLists, "one listing of the Nodes serves the audit, the preflight and the plan")
 	assert.Contains(t, r.stdout, "cidrshift doctor: cluster prod")
-	assert.Contains(t, r.stdout, "from pod kube-system/kube-controller-manager-cp")
+	assert.Contains(t, r.stdout, "from Pod kube-system/kube-controller-manager-cp")
 	assert.Contains(t, r.stdout, "pod-ip-outside-podcidr (1)")
 	assert.Contains(t, r.stdout, "default/web 10.244.7.9")
 
@@ -262,7 +278,7 @@ func TestLiveCluster(t *testing.T) {
 	assert.Contains(t, r.stdout, "SUMMARY: HEALTHY. 2 nodes; 0 errors, 0 warnings")
 
 	empty, _ := nodecidrtest.New(node("a", "10.244.0.0/24"))
-	a = &app{connect: func(string, string) (kubernetes.Interface, error) { return empty, nil }}
+	a = &app{connect: func(string, string) (kubernetes.Interface, dynamic.Interface, error) { return empty, nil, nil }}
 	r = runApp(t, a, "--kubeconfig", "kc")
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "--cluster-cidr is required")

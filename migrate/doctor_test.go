@@ -1,0 +1,383 @@
+package migrate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/cidrshift/cidrshift/calico"
+	"github.com/cidrshift/cidrshift/servicecidr"
+)
+
+// doctorCluster is a healthy cluster the tests break one way at a time:
+// flannel (vxlan) with a Calico pool over the same range (canal), kubeadm's
+// ConfigMaps, the control-plane Pods, the kubernetes and kube-dns Services
+// and the default ServiceCIDR.
+type doctorCluster struct {
+	nodes    []*corev1.Node
+	pods     []*corev1.Pod
+	services []*corev1.Service
+	cms      map[string]*corev1.ConfigMap // by name
+	dyn      []*unstructured.Unstructured
+}
+
+func dnode(name, podCIDR, ip string) *corev1.Node {
+	return &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Annotations: map[string]string{
+			"flannel.alpha.coreos.com/backend-type": "vxlan", "flannel.alpha.coreos.com/kube-subnet-manager": "true",
+			"flannel.alpha.coreos.com/public-ip": ip}},
+		Spec:   corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}
+}
+
+func dpod(ns, name, node, ip string, labels map[string]string, command ...string) *corev1.Pod {
+	p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name, Command: command}}}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip}}
+	p.Spec.HostNetwork = len(command) > 0
+	return p
+}
+
+func dsvc(ns, name, ip string) *corev1.Service {
+	return &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip}}}
+}
+
+func dcm(ns, name, key, value string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("cm-" + name)},
+		Data: map[string]string{key: value}}
+}
+
+func dobj(apiVersion, kind, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+func newDoctorCluster() *doctorCluster {
+	return &doctorCluster{
+		nodes: []*corev1.Node{dnode("a", "10.244.0.0/24", "192.168.0.1"), dnode("b", "10.244.1.0/24", "192.168.0.2"), dnode("c", "10.244.2.0/24", "192.168.0.3")},
+		pods: []*corev1.Pod{
+			dpod("default", "web", "a", "10.244.0.5", nil),
+			dpod("kube-system", "kube-controller-manager-a", "a", "192.168.0.1", map[string]string{"component": "kube-controller-manager"},
+				"kube-controller-manager", "--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16", "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/12"),
+			dpod("kube-system", "kube-apiserver-a", "a", "192.168.0.1", map[string]string{"component": "kube-apiserver"}, "kube-apiserver", "--service-cluster-ip-range=10.96.0.0/12"),
+		},
+		services: []*corev1.Service{dsvc("default", "kubernetes", "10.96.0.1"), dsvc("kube-system", "kube-dns", "10.96.0.10"), dsvc("default", "web", "10.96.4.4")},
+		cms: map[string]*corev1.ConfigMap{
+			"kube-flannel-cfg": dcm("kube-flannel", "kube-flannel-cfg", "net-conf.json", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`),
+			"kube-proxy":       dcm("kube-system", "kube-proxy", "config.conf", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/16\n"),
+			"kubelet-config":   dcm("kube-system", "kubelet-config", "kubelet", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- 10.96.0.10\n"),
+			"kubeadm-config": dcm("kube-system", "kubeadm-config", "ClusterConfiguration",
+				"apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/12\n"),
+		},
+		dyn: []*unstructured.Unstructured{
+			dobj("crd.projectcalico.org/v1", "IPPool", "default", map[string]any{"cidr": "10.244.0.0/16", "blockSize": int64(26)}),
+			dobj("crd.projectcalico.org/v1", "IPAMBlock", "10-244-0-0-26", map[string]any{"cidr": "10.244.0.0/26", "affinity": "host:a",
+				"allocations": []any{nil, nil, nil, nil, nil, int64(0)}, "unallocated": []any{}, "attributes": []any{map[string]any{"handle_id": "k8s-pod-network.x"}}}),
+			dobj("networking.k8s.io/v1", "ServiceCIDR", "kubernetes", map[string]any{"cidrs": []any{"10.96.0.0/12"}}),
+		},
+	}
+}
+
+func (c *doctorCluster) dynByName(name string) *unstructured.Unstructured {
+	for _, o := range c.dyn {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// core returns the cluster's Nodes, Pods, Services and ConfigMaps.
+func (c *doctorCluster) core() []runtime.Object {
+	var objs []runtime.Object
+	for _, n := range c.nodes {
+		objs = append(objs, n)
+	}
+	for _, p := range c.pods {
+		objs = append(objs, p)
+	}
+	for _, s := range c.services {
+		objs = append(objs, s)
+	}
+	for _, cm := range c.cms {
+		objs = append(objs, cm)
+	}
+	return objs
+}
+
+// live loads the cluster through client-go fakes, as LoadSnapshot reads a real one.
+func (c *doctorCluster) live(t *testing.T) *Snapshot {
+	t.Helper()
+	kube := fake.NewClientset(c.core()...)
+	lists := map[schema.GroupVersionResource]string{calico.IPPoolsV1: "IPPoolList", calico.IPPoolsV3: "IPPoolList", calico.IPAMBlocksV1: "IPAMBlockList"}
+	for _, v := range servicecidr.Versions() {
+		lists[servicecidr.ServiceCIDRResource(v)] = "ServiceCIDRList"
+	}
+	var dobjs []runtime.Object
+	for _, o := range c.dyn {
+		dobjs = append(dobjs, o.DeepCopy())
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), lists, dobjs...)
+	s, err := LoadSnapshot(context.Background(), kube, dyn)
+	require.NoError(t, err)
+	return s
+}
+
+// dump writes the cluster as one `kubectl get -o yaml` List.
+func (c *doctorCluster) dump(t *testing.T) []byte {
+	t.Helper()
+	var items []any
+	for _, o := range c.core() {
+		items = append(items, o)
+	}
+	for _, o := range c.dyn {
+		items = append(items, o.Object)
+	}
+	data, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	require.NoError(t, err)
+	return data
+}
+
+func codes(r *DoctorReport) []Code {
+	var out []Code
+	for _, f := range r.Findings {
+		out = append(out, f.Code)
+	}
+	return out
+}
+
+func TestDiagnoseHealthyCluster(t *testing.T) {
+	c := newDoctorCluster()
+	for name, s := range map[string]*Snapshot{"live": c.live(t), "offline": readDump(t, c.dump(t))} {
+		r, err := Diagnose(context.Background(), s, DoctorOptions{Pods: true})
+		require.NoError(t, err, name)
+		assert.Empty(t, codes(r), name)
+		assert.True(t, r.Healthy, name)
+		assert.Equal(t, "Pod kube-system/kube-apiserver-a --service-cluster-ip-range", r.ServiceRangeSource, name)
+		assert.Len(t, s.IPPools, 1, name)
+		assert.Len(t, s.IPAMBlocks, 1, name)
+		assert.Len(t, s.ServiceCIDRs, 1, name)
+	}
+}
+
+func readDump(t *testing.T, data []byte) *Snapshot {
+	t.Helper()
+	s, err := ReadSnapshot(context.Background(), Input{Name: "dump", R: bytes.NewReader(data)})
+	require.NoError(t, err)
+	return s
+}
+
+// TestDiagnoseFindings breaks the healthy cluster one way at a time; each
+// finding code must appear, for the objects named, live and offline.
+func TestDiagnoseFindings(t *testing.T) {
+	for _, tc := range []struct {
+		code   Code
+		break_ func(c *doctorCluster)
+		object string // an object the finding must name
+	}{
+		{CodePodCIDROutsideFlannelNetwork, func(c *doctorCluster) {
+			c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.2.0/23","Backend":{"Type":"vxlan"}}`
+		}, "Node a"},
+		{CodeFlannelBackendMismatch, func(c *doctorCluster) { c.nodes[1].Annotations["flannel.alpha.coreos.com/backend-type"] = "host-gw" }, "Node b"},
+		{CodeFlannelPublicIPDuplicate, func(c *doctorCluster) { c.nodes[2].Annotations["flannel.alpha.coreos.com/public-ip"] = "192.168.0.1" }, "Node c"},
+		{CodeFlannelNotRunning, func(c *doctorCluster) { c.nodes[2].Annotations = nil }, "Node c"},
+		{CodeCalicoPoolOverlap, func(c *doctorCluster) {
+			c.dyn = append(c.dyn, dobj("crd.projectcalico.org/v1", "IPPool", "second", map[string]any{"cidr": "10.244.128.0/17"}))
+		}, "IPPool second"},
+		{CodeCalicoPoolOverlap, func(c *doctorCluster) {
+			c.dyn = append(c.dyn, dobj("crd.projectcalico.org/v1", "IPPool", "nodes", map[string]any{"cidr": "192.168.0.0/24", "disabled": true}))
+		}, "Node a"},
+		{CodeCalicoDisabledPoolInUse, func(c *doctorCluster) { c.dynByName("default").Object["spec"].(map[string]any)["disabled"] = true }, "IPPool default"},
+		{CodeCalicoBlockOrphaned, func(c *doctorCluster) {
+			c.dynByName("10-244-0-0-26").Object["spec"].(map[string]any)["affinity"] = "host:gone"
+		}, "Node gone"},
+		{CodePodIPOutsidePools, func(c *doctorCluster) { c.pods[0].Status.PodIP = "10.250.0.5" }, "Pod default/web"},
+		{CodeServiceIPOutsideRange, func(c *doctorCluster) {
+			c.services[2].Spec.ClusterIP, c.services[2].Spec.ClusterIPs = "10.200.0.5", []string{"10.200.0.5"}
+		}, "Service default/web"},
+		{CodeServiceCIDRFlagMismatch, func(c *doctorCluster) {
+			c.dynByName("kubernetes").Object["spec"] = map[string]any{"cidrs": []any{"10.96.0.0/11"}}
+		}, "ServiceCIDR kubernetes"},
+		{CodeKubernetesServiceIPWrong, func(c *doctorCluster) {
+			c.services[0].Spec.ClusterIP, c.services[0].Spec.ClusterIPs = "10.96.0.2", []string{"10.96.0.2"}
+		}, "Service default/kubernetes"},
+		{CodeClusterDNSMismatch, func(c *doctorCluster) {
+			c.cms["kubelet-config"].Data["kubelet"] = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- 10.96.0.11\n"
+		}, "Service kube-system/kube-dns"},
+		{CodeKubeProxyClusterCIDRMismatch, func(c *doctorCluster) {
+			c.cms["kube-proxy"].Data["config.conf"] = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.245.0.0/16\n"
+		}, "ConfigMap kube-system/kube-proxy"},
+		{CodeKubeadmConfigMismatch, func(c *doctorCluster) {
+			c.cms["kubeadm-config"].Data["ClusterConfiguration"] = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.245.0.0/16\n  serviceSubnet: 10.96.0.0/12\n"
+		}, "ConfigMap kube-system/kubeadm-config"},
+		{CodeRangeOverlapsCGNAT, func(c *doctorCluster) {
+			c.dyn = append(c.dyn, dobj("networking.k8s.io/v1", "ServiceCIDR", "tailnet", map[string]any{"cidrs": []any{"100.64.0.0/24"}}))
+		}, "ServiceCIDR tailnet"},
+		{CodeRangeOverlapsNodeIP, func(c *doctorCluster) { c.nodes[2].Status.Addresses[0].Address = "10.96.5.5" }, "Node c"},
+		{"duplicate-podcidr", func(c *doctorCluster) {
+			c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24"}
+		}, "Node c"},
+	} {
+		t.Run(string(tc.code), func(t *testing.T) {
+			c := newDoctorCluster()
+			tc.break_(c)
+			for name, s := range map[string]*Snapshot{"live": c.live(t), "offline": readDump(t, c.dump(t))} {
+				r, err := Diagnose(context.Background(), s, DoctorOptions{Pods: true})
+				require.NoError(t, err, name)
+				fs := r.With(tc.code)
+				require.NotEmpty(t, fs, "%s: want %s in %v", name, tc.code, codes(r))
+				var named []string
+				for _, f := range fs {
+					for _, o := range f.Objects {
+						named = append(named, o.String())
+					}
+				}
+				assert.Contains(t, named, tc.object, name)
+				assert.NotEmpty(t, fs[0].Message, name)
+				assert.NotEmpty(t, fs[0].Severity, name)
+			}
+		})
+	}
+}
+
+// TestDiagnoseSeed001Chain: duplicate podCIDRs, a host-gw node in a vxlan
+// cluster and kube-proxy disagreeing, in one report, with the fixes.
+func TestDiagnoseSeed001Chain(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:] // no Calico: flannel alone
+	c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24"}
+	c.nodes[0].Annotations["flannel.alpha.coreos.com/backend-type"] = "host-gw"
+	c.cms["kube-proxy"].Data["config.conf"] = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/17\n"
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.128.0/17","Backend":{"Type":"vxlan"}}`
+	c.nodes[0].Spec.PodCIDR, c.nodes[0].Spec.PodCIDRs = "10.244.128.0/24", []string{"10.244.128.0/24"}
+	c.nodes[1].Spec.PodCIDR, c.nodes[1].Spec.PodCIDRs = "10.244.129.0/24", []string{"10.244.129.0/24"}
+	c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.129.0/24", []string{"10.244.129.0/24"}
+	c.pods[0].Status.PodIP = "10.244.128.5"
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	assert.Len(t, r.With("duplicate-podcidr"), 1)
+	mm := r.With(CodeFlannelBackendMismatch)
+	require.Len(t, mm, 1)
+	assert.Contains(t, mm[0].Message, "`ignoring non-vxlan v4Subnet(10.244.128.0/24) v6Subnet(::/0): type=host-gw`")
+	assert.Len(t, r.With(CodeKubeProxyClusterCIDRMismatch), 1)
+	require.NotNil(t, r.FixPlan)
+	require.Len(t, r.FixPlan.Steps, 1)
+	assert.Equal(t, "c", r.FixPlan.Steps[0].Node)
+	// The new subnet comes from the flannel Network, not the wider cluster CIDR.
+	assert.True(t, strings.HasPrefix(r.FixPlan.Steps[0].NewPodCIDRs[0], "10.244.130."), r.FixPlan.Steps[0].NewPodCIDRs)
+	require.Len(t, r.Repairs, 1)
+	assert.Equal(t, Repair{Code: CodeFlannelBackendMismatch, Node: "a", Annotation: "flannel.alpha.coreos.com/backend-type", From: "host-gw", To: "vxlan",
+		Commands: []string{"kubectl annotate node a flannel.alpha.coreos.com/backend-type=vxlan --overwrite",
+			"kubectl -n kube-flannel delete pod --field-selector spec.nodeName=a -l app=flannel"}}, r.Repairs[0])
+	assert.False(t, r.Healthy)
+}
+
+// TestReadSnapshotFilesClusterInfoDump reads a kubectl cluster-info dump
+// directory: JSON typed Lists whose items name no kind, and logs beside them.
+func TestReadSnapshotFilesClusterInfoDump(t *testing.T) {
+	dir := t.TempDir()
+	c := newDoctorCluster()
+	list := func(kind string, items ...any) []byte {
+		var raw []json.RawMessage
+		for _, it := range items {
+			b, err := json.Marshal(it)
+			require.NoError(t, err)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(b, &m))
+			delete(m, "kind")
+			delete(m, "apiVersion")
+			b, err = json.Marshal(m)
+			require.NoError(t, err)
+			raw = append(raw, b)
+		}
+		// kubectl writes a typed List's kind and apiVersion before its items.
+		b, err := json.MarshalIndent(struct {
+			Kind       string            `json:"kind"`
+			APIVersion string            `json:"apiVersion"`
+			Metadata   struct{}          `json:"metadata"`
+			Items      []json.RawMessage `json:"items"`
+		}{kind, "v1", struct{}{}, raw}, "", "    ")
+		require.NoError(t, err)
+		return b
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "kube-system", "kube-apiserver-a"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "nodes.json"), list("NodeList", c.nodes[0], c.nodes[1], c.nodes[2]), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kube-system", "pods.json"), list("PodList", c.pods[1], c.pods[2]), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kube-system", "services.json"), list("ServiceList", c.services[1]), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kube-system", "kube-apiserver-a", "logs.txt"), []byte("not json"), 0o600))
+	s, err := ReadSnapshotFiles(context.Background(), []string{dir, "-"}, strings.NewReader(string(c.dump(t))))
+	require.NoError(t, err)
+	assert.Len(t, s.Nodes, 6)
+	assert.Len(t, s.Services, 4)
+	assert.Len(t, s.ControlPlanePods, 4)
+
+	_, err = ReadSnapshotFiles(context.Background(), []string{filepath.Join(dir, "kube-system", "kube-apiserver-a")}, nil)
+	assert.ErrorIs(t, err, ErrNoInput)
+	_, err = ReadSnapshot(context.Background(), Input{Name: "bad.yaml", R: strings.NewReader("apiVersion: v1\nkind: Service\nspec: {clusterIP: [1]}\n")})
+	assert.ErrorContains(t, err, "bad.yaml")
+}
+
+// TestAddressMapSVG: the map parses as XML and holds a rect per range, with
+// the duplicates and conflicts marked.
+func TestAddressMapSVG(t *testing.T) {
+	c := newDoctorCluster()
+	c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24"}
+	c.dyn = append(c.dyn, dobj("networking.k8s.io/v1", "ServiceCIDR", "tailnet", map[string]any{"cidrs": []any{"100.64.0.0/24"}}))
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, WriteAddressMapSVG(&buf, r))
+	type rect struct {
+		Class string `xml:"class,attr"`
+		Title string `xml:"title"`
+	}
+	var doc struct {
+		XMLName xml.Name `xml:"svg"`
+		Groups  []struct {
+			ID    string `xml:"id,attr"`
+			Rects []rect `xml:"rect"`
+		} `xml:"g"`
+	}
+	require.NoError(t, xml.Unmarshal(buf.Bytes(), &doc), buf.String())
+	require.Len(t, doc.Groups, 1)
+	assert.Equal(t, "IPv4", doc.Groups[0].ID)
+	byTitle := map[string]string{}
+	for _, r := range doc.Groups[0].Rects {
+		byTitle[r.Title] = r.Class
+	}
+	assert.Len(t, doc.Groups[0].Rects, len(r.Ranges))
+	assert.Equal(t, "range kind-node-podcidr duplicate", byTitle["Node b 10.244.1.0/24"])
+	assert.Equal(t, "range kind-node-podcidr duplicate", byTitle["Node c 10.244.1.0/24"])
+	assert.Equal(t, "range kind-node-podcidr", byTitle["Node a 10.244.0.0/24"])
+	assert.Equal(t, "range kind-service-cidr conflict", byTitle["ServiceCIDR tailnet 100.64.0.0/24"])
+	assert.Contains(t, byTitle, "IPPool default 10.244.0.0/16")
+	assert.Contains(t, byTitle, "flannel Network (kube-flannel/kube-flannel-cfg) 10.244.0.0/16")
+	require.NoError(t, xml.NewDecoder(io.MultiReader(&buf)).Decode(new(any)))
+}
+
+func TestDiagnoseErrors(t *testing.T) {
+	_, err := Diagnose(context.Background(), &Snapshot{Source: "x"}, DoctorOptions{})
+	assert.ErrorIs(t, err, ErrNoNodes)
+	c := newDoctorCluster()
+	c.pods = c.pods[:1]
+	delete(c.cms, "kubeadm-config")
+	_, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	assert.ErrorIs(t, err, ErrNoFlags)
+}
