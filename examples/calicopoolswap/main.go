@@ -47,7 +47,6 @@ import (
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/cli"
-	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 func main() {
@@ -381,12 +380,16 @@ func planOrApply(ctx context.Context, cmd string, o options, stdout, stderr io.W
 	if mode != calico.DryRunNone {
 		opts.JournalDir = ""
 	} else {
-		// One pool swap at a time per cluster (Lease cidrshift-calico-pool).
-		release, err := o.lock.Hold(ctx, cl.Kube, lease.ScopeCalicoPool)
+		// One pool swap at a time per cluster (Lease cidrshift-calico-pool),
+		// checked before each restart, eviction and the pool's delete; the
+		// journal is kept in the cluster too.
+		l, err := o.lock.Lease(cl.Kube, calico.LockScope)
 		if err != nil {
 			return 1, err
 		}
-		defer release()
+		if l != nil {
+			opts.Lock, opts.ClusterJournal = l, &calico.ClusterJournal{Namespace: o.lock.Namespace}
+		}
 	}
 	res, applyErr := calico.Apply(ctx, cl, plan, opts)
 	if res != nil {

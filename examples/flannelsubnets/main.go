@@ -57,7 +57,6 @@ import (
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/internal/cli"
-	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 func main() {
@@ -772,16 +771,20 @@ func change(ctx context.Context, env *etcdEnv, o options, p *flannel.Plan, w io.
 			Steps: flannel.CleanupSteps(flannel.CleanupOptions{Node: node, From: st.From, To: st.To, BackendType: backend, Backend: backendRaw, IPv6: st.To.IPv6.IsValid()})})
 	}
 	var applyErr error
+	ao := flannel.ApplyOptions{DryRun: out.Mode == "dry-run", JournalDir: o.journalDir}
 	if out.Mode == "apply" && env.kube != nil {
-		// With a cluster at hand, one change at a time (Lease cidrshift-flannel).
-		release, err := o.lock.Hold(ctx, env.kube, lease.ScopeFlannel)
+		// With a cluster at hand, one change at a time (Lease
+		// cidrshift-flannel), checked before each transaction.
+		l, err := o.lock.Lease(env.kube, flannel.LockScope)
 		if err != nil {
 			return err
 		}
-		defer release()
+		if l != nil {
+			ao.Lock = l
+		}
 	}
 	if out.Mode != "plan" {
-		res, err := env.reg.Apply(ctx, p, flannel.ApplyOptions{DryRun: out.Mode == "dry-run", JournalDir: o.journalDir})
+		res, err := env.reg.Apply(ctx, p, ao)
 		out.Result, applyErr = res, err
 	}
 	if o.output != "text" {
@@ -943,17 +946,17 @@ func executeKube(ctx context.Context, d deps, o options, pos []string, w io.Writ
 		out := changeOutput{Plan: p, Mode: mode(o)}
 		var applyErr error
 		if out.Mode != "plan" {
-			dr := flannel.DryRunNone
-			if o.dryRun != "" {
-				dr = flannel.DryRun(o.dryRun)
-			} else {
-				release, err := o.lock.Hold(ctx, kc, lease.ScopeFlannel)
+			ko := flannel.KubeApplyOptions{DryRun: flannel.DryRun(o.dryRun)}
+			if o.dryRun == "" {
+				l, err := o.lock.Lease(kc, flannel.LockScope)
 				if err != nil {
 					return err
 				}
-				defer release()
+				if l != nil {
+					ko.Lock = l
+				}
 			}
-			res, err := flannel.ApplyNetConf(ctx, kc, p, flannel.KubeApplyOptions{DryRun: dr})
+			res, err := flannel.ApplyNetConf(ctx, kc, p, ko)
 			out.Result, applyErr = res, err
 		}
 		if o.output != "text" {

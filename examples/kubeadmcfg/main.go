@@ -50,7 +50,6 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/cli"
-	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 )
 
@@ -504,15 +503,19 @@ func (o *options) set(ctx context.Context, s *kubeadmcfg.Snapshot, client kubern
 	var res *kubeadmcfg.ApplyResult
 	var applyErr error
 	if o.apply && !p.Blocked() {
-		release := func() {}
+		ao := kubeadmcfg.ApplyOptions{DryRun: o.dryRun}
 		if o.dryRun == kubeadmcfg.DryRunNone {
-			// One rewrite at a time per cluster (Lease cidrshift-kubeadmcfg).
-			if release, err = o.lock.Hold(ctx, client, lease.ScopeKubeadmConfig); err != nil {
+			// One rewrite at a time per cluster (Lease cidrshift-kubeadmcfg),
+			// checked before each edit.
+			l, err := o.lock.Lease(client, kubeadmcfg.LockScope)
+			if err != nil {
 				return 1, err
 			}
+			if l != nil {
+				ao.Lock = l
+			}
 		}
-		r, err := kubeadmcfg.Apply(ctx, client, p, kubeadmcfg.ApplyOptions{DryRun: o.dryRun})
-		release()
+		r, err := kubeadmcfg.Apply(ctx, client, p, ao)
 		res, applyErr = &r, err
 	}
 	var written []string

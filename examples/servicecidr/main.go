@@ -616,17 +616,27 @@ func (a *app) apply(args []string) error {
 	if err != nil {
 		return err
 	}
+	ao := servicecidr.ApplyOptions{JournalDir: journalDir, DryRun: mode, DeleteOld: deleteOld, DeleteKubernetesService: deleteKube,
+		DrainTimeout: drain, Concurrency: concurrency, QPS: float32(qps), Burst: max(1, int(qps))}
 	if mode == servicecidr.DryRunNone {
 		// One Service move at a time per cluster, from the recovery of an
-		// interrupted run on (Lease cidrshift-servicecidr).
-		release, err := lock.Hold(a.ctx, c.Kube(), lease.ScopeServiceCIDR)
+		// interrupted run on (Lease cidrshift-servicecidr), checked before
+		// each delete; the journal is kept in the cluster too.
+		l, err := lock.Lease(c.Kube(), servicecidr.LockScope)
 		if err != nil {
 			return err
 		}
-		defer release()
+		if l != nil {
+			// Held across the recovery, the plan and the apply, which lock
+			// it again.
+			release, err := lease.Hold(a.ctx, l)
+			if err != nil {
+				return err
+			}
+			defer release()
+			ao.Lock, ao.ClusterJournal = l, &servicecidr.ClusterJournal{Namespace: lock.Namespace}
+		}
 	}
-	ao := servicecidr.ApplyOptions{JournalDir: journalDir, DryRun: mode, DeleteOld: deleteOld, DeleteKubernetesService: deleteKube,
-		DrainTimeout: drain, Concurrency: concurrency, QPS: float32(qps), Burst: max(1, int(qps))}
 	if p == nil {
 		// A Service an interrupted run left deleted must be back, at its
 		// journaled address, before planning again: otherwise the new plan
