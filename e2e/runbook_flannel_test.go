@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -272,7 +273,7 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 		if kills == 0 {
 			kill = killOn
 		}
-		code, killed, out := rbRun(t, bin, args, kill)
+		code, killed, out := rbRun(t, exec.Command(bin, args...), kill)
 		if killed {
 			kills++
 			continue
@@ -302,7 +303,7 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 	assert.Contains(t, stdout, "verified: 30 nodes")
 
 	// A rerun of the finished runbook changes nothing.
-	code, _, out := rbRun(t, bin, args, "")
+	code, _, out := rbRun(t, exec.Command(bin, args...), "")
 	require.Equal(t, 0, code, out)
 	assert.NotContains(t, out, "[completed]")
 

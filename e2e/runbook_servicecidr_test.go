@@ -173,9 +173,8 @@ func (s *rbSampler) finish() (samples int, minReady int32, unanswered int) {
 
 // rbRun runs the runbook once. When killOn is not empty, the process is
 // SIGKILLed as soon as a line of its stderr contains it; killed says so.
-func rbRun(t *testing.T, bin string, args []string, killOn string) (code int, killed bool, stdout string) {
+func rbRun(t *testing.T, cmd *exec.Cmd, killOn string) (code int, killed bool, stdout string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
 	var out strings.Builder
 	cmd.Stdout = &out
 	pipe, err := cmd.StderrPipe()
@@ -223,9 +222,12 @@ var rbKillPoints = []string{
 func TestRunbookServiceCIDR(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
-	rbScenario(t, "")
+	rbScenario(t, rbOptions{})
 }
 
+// TestRunbookServiceCIDRKilled SIGKILLs the runbook at a random point and
+// resumes it with another, empty journal directory (another machine): the
+// journal kept in the cluster carries the run.
 func TestRunbookServiceCIDRKilled(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
@@ -236,10 +238,33 @@ func TestRunbookServiceCIDRKilled(t *testing.T) {
 		killOn = at // reproduce a failure
 	}
 	t.Logf("seed %d: kill the runbook at the first stderr line containing %q", seed, killOn)
-	rbScenario(t, killOn)
+	rbScenario(t, rbOptions{killOn: killOn})
 }
 
-func rbScenario(t *testing.T, killOn string) {
+// rbWithJournal returns args with the --journal value replaced by dir.
+func rbWithJournal(args []string, dir string) []string {
+	out := append([]string(nil), args...)
+	for i, a := range out {
+		switch {
+		case strings.HasPrefix(a, "--journal="):
+			out[i] = "--journal=" + dir
+		case a == "--journal" && i+1 < len(out):
+			out[i+1] = dir
+		}
+	}
+	return out
+}
+
+// rbOptions vary the runbook scenario.
+type rbOptions struct {
+	// killOn: SIGKILL the first run at the first stderr line holding it.
+	killOn string
+	// inCluster runs the runbook as its Job would (see rbInCluster).
+	inCluster bool
+}
+
+func rbScenario(t *testing.T, o rbOptions) {
+	killOn := o.killOn
 	bin := rbBuild(t)
 	c := harness.Start(t, harness.Options{ServiceCIDR: rbOldRange.String()})
 	ctx := t.Context()
@@ -247,11 +272,20 @@ func rbScenario(t *testing.T, killOn string) {
 	require.NoError(t, err)
 	saved := rbFixture(t, ctx, cs)
 	journalDir := filepath.Join(t.TempDir(), "journal")
-	args := []string{"--kubeconfig", c.AdminKubeconfig(), "--to", rbNewRange.String(), "--journal", journalDir, "--apply",
-		"--include-loadbalancers", "--poll-interval", "200ms", "--drain-timeout", "90s"}
+	testFlags := []string{"--include-loadbalancers", "--poll-interval", "200ms", "--drain-timeout", "90s"}
+	args := append([]string{"--kubeconfig", c.AdminKubeconfig(), "--to", rbNewRange.String(), "--journal", journalDir, "--apply"}, testFlags...)
+	planArgs := []string{"--kubeconfig", c.AdminKubeconfig(), "--to", rbNewRange.String()}
+	command := func(args []string) *exec.Cmd { return exec.Command(bin, args...) }
+	if o.inCluster {
+		var jobArgs []string
+		command, jobArgs = rbInCluster(t, ctx, c, cs, bin)
+		args = append(jobArgs, testFlags...)
+		planArgs = []string{"--to", rbNewRange.String()}
+		t.Logf("runbook run as its Job: %v", args)
+	}
 
 	// The plan alone changes nothing.
-	code, _, out := rbRun(t, bin, []string{"--kubeconfig", c.AdminKubeconfig(), "--to", rbNewRange.String()}, "")
+	code, _, out := rbRun(t, command(planArgs), "")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "kube-system/kube-dns 100.64.0.10 -> 172.24.0.10 (cluster DNS)")
 	assert.Contains(t, out, "5. control-plane-flags [operator]")
@@ -265,12 +299,16 @@ func rbScenario(t *testing.T, killOn string) {
 		if !killedOnce {
 			kill = killOn
 		}
-		code, killed, out := rbRun(t, bin, args, kill)
+		code, killed, out := rbRun(t, command(args), kill)
 		if strings.Contains(out, "observed: kube-apiserver reports") {
 			observed = true
 		}
 		if killed {
 			killedOnce = true
+			// The killed run's machine is lost: the next runs have an empty
+			// journal directory and resume from the journal kept in the
+			// cluster.
+			args = rbWithJournal(args, filepath.Join(t.TempDir(), "other-machine"))
 			continue
 		}
 		if code == 3 {
@@ -374,7 +412,7 @@ func rbScenario(t *testing.T, killOn string) {
 
 	// Finished: a rerun reports every step done and changes nothing.
 	before := scServices(t, ctx, cs)
-	code, _, out = rbRun(t, bin, args, "")
+	code, _, out = rbRun(t, command(args), "")
 	require.Equal(t, 0, code)
 	for _, step := range []string{"preflight [completed]", "add-servicecidr [done]", "move-services [done]", "node-config [done]", "control-plane-flags [done]", "retire-old-range [done]"} {
 		assert.Contains(t, out, step)

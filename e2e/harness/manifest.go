@@ -10,6 +10,7 @@ import (
 	"os"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +47,7 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 	}
 }
 
-// CreateObjects creates objs (ServiceAccounts, RBAC objects, DaemonSets),
+// CreateObjects creates objs (ServiceAccounts, RBAC objects, DaemonSets, Jobs),
 // each with dryRun=All when dry is set.
 func CreateObjects(ctx context.Context, cs kubernetes.Interface, objs []runtime.Object, dry bool) error {
 	opts := metav1.CreateOptions{}
@@ -68,6 +69,8 @@ func CreateObjects(ctx context.Context, cs kubernetes.Interface, objs []runtime.
 			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
 		case *appsv1.DaemonSet:
 			_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
+		case *batchv1.Job:
+			_, err = cs.BatchV1().Jobs(o.Namespace).Create(ctx, o, opts)
 		default:
 			return fmt.Errorf("create %T: not a kind the harness creates", o)
 		}
