@@ -14,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
@@ -412,4 +414,23 @@ func TestJournalLockedByAnotherRun(t *testing.T) {
 	assert.Equal(t, exitFailed, code)
 	assert.Contains(t, errs, "locked")
 	assert.Empty(t, cl.Writes())
+}
+
+// A second operator's apply, while another run holds one of the runbook's
+// Leases (here kubeadm's, from another machine), is refused at once naming
+// the holder, with nothing moved; the Leases it took first are released.
+func TestSecondOperatorRefusedByTheLease(t *testing.T) {
+	cl := story3(t, false)
+	other, err := lease.New(cl.Kube, lease.Options{Name: lease.ScopeKubeadmConfig, Identity: "alice@laptop/41"})
+	require.NoError(t, err)
+	release, err := other.Lock(context.Background())
+	require.NoError(t, err)
+	defer release()
+	code, _, errs := runCLI(t, cl, args("--to", "172.24.0.0/15", "--journal", t.TempDir(), "--apply")...)
+	assert.Equal(t, exitFailed, code)
+	assert.Contains(t, errs, "held by alice@laptop/41 until")
+	assert.Empty(t, cl.Writes(), "nothing moved")
+	l, err := cl.Kube.CoordinationV1().Leases("kube-system").Get(context.Background(), lease.ScopeServiceCIDR, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, ptr.Deref(l.Spec.HolderIdentity, ""), "the Lease taken before the refusal is released")
 }
