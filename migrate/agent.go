@@ -16,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/internal/access"
@@ -282,6 +284,8 @@ func (a *Agent) Check(ctx context.Context) error {
 	}
 	checks := []access.Check{
 		{Verb: "get", Resource: "nodes", Name: a.Node},
+		{Verb: "list", Resource: "nodes"},
+		{Verb: "watch", Resource: "nodes"},
 		{Verb: "list", Resource: "pods"},
 		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: a.Namespace, Name: AgentLeasePrefix + a.Node},
 		{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: a.Namespace},
@@ -307,6 +311,31 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("node", a.Node)
+	// A watch on the agent's own Node wakes it as soon as a runbook
+	// publishes a request; the interval still renews the Lease and retries
+	// deferred actions.
+	wake := make(chan struct{}, 1)
+	factory := informers.NewSharedInformerFactoryWithOptions(a.Kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.Node).String()
+	}))
+	notify := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok && n.Name == a.Node {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching node %s: %w", a.Node, err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	tick := time.NewTicker(a.Interval)
+	defer tick.Stop()
 	for {
 		st, err := a.Once(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -317,7 +346,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(a.Interval):
+		case <-tick.C:
+		case <-wake:
 		}
 	}
 }

@@ -224,3 +224,28 @@ func TestHostAgentsRetryAFailedRequest(t *testing.T) {
 	assert.Equal(t, int64(2), r.st.Generation)
 	assert.Equal(t, HostConverged, r.st.Phase)
 }
+
+// Run watches its Node: a request published between two rounds is carried
+// out at once, not at the next tick (the interval here is an hour).
+func TestAgentRunWakesOnARequest(t *testing.T) {
+	cs := fake.NewClientset(agentNode("w1"))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- (&Agent{Kube: cs, Node: "w1", Interval: time.Hour}).Run(ctx) }()
+	h := &HostAgents{Kube: cs}
+	require.Eventually(t, func() bool { ok, err := h.Present(ctx, "w1"); return err == nil && ok }, 10*time.Second, 5*time.Millisecond, "the first round creates the Lease")
+
+	req, err := json.Marshal(HostRequest{Generation: 9, Want: agentWant("w2")}) // refused by the agent: a round is seen without touching the host
+	require.NoError(t, err)
+	n, err := cs.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	n.Annotations = map[string]string{HostWantAnnotation: string(req)}
+	_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := h.Status(ctx, "w1")
+		return err == nil && st != nil && st.Generation == 9 && st.Phase == HostFailed
+	}, 10*time.Second, 5*time.Millisecond, "the request is answered without waiting for the hour")
+	cancel()
+	require.NoError(t, <-done)
+}
