@@ -82,7 +82,7 @@ func backendDevices(backend string, raw json.RawMessage, ipv6 bool) []string {
 // subnet in devices and files that nothing rewrites.
 func CleanupSteps(o CleanupOptions) []HostStep {
 	ns := or(o.Namespace, "kube-flannel")
-	sel := or(o.PodSelector, "app=flannel")
+	sel := shellWord(or(o.PodSelector, "app=flannel"))
 	bridge := or(o.Bridge, "cni0")
 	cniNet := or(o.CNINetwork, "cbr0")
 	file := or(o.SubnetFile, DefaultSubnetFile)
@@ -134,4 +134,13 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// shellWord quotes s for a POSIX shell unless it is made of characters no
+// shell treats specially (a selector such as "app in (flannel)" is quoted).
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=,:+-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -913,13 +913,13 @@ func (m *FlannelPodCIDRMigration) HostPlans() []FlannelHostPlan {
 	if m.nc != nil && m.nc.Config != nil {
 		cfg = *m.nc.Config
 	}
-	return flHostPlans(cfg, m.o.Namespace, m.fixPlan, m.rebasePlan)
+	return flHostPlans(cfg, m.o.Namespace, m.o.FlannelSelector, m.fixPlan, m.rebasePlan)
 }
 
 // flHostPlans turns the node moves of plans, in the order they were
 // carried out, into per-node host plans for a flannel with config cfg
 // whose pods live in namespace.
-func flHostPlans(cfg flannel.Config, namespace string, plans ...*nodecidr.Plan) []FlannelHostPlan {
+func flHostPlans(cfg flannel.Config, namespace, selector string, plans ...*nodecidr.Plan) []FlannelHostPlan {
 	last := map[string]FlannelHostPlan{}
 	for _, p := range plans {
 		if p == nil {
@@ -944,7 +944,7 @@ func flHostPlans(cfg flannel.Config, namespace string, plans ...*nodecidr.Plan) 
 		if h.From.IsValid() {
 			h.Steps = flannel.CleanupSteps(flannel.CleanupOptions{
 				Node: h.Node, From: flannel.SubnetKey{IPv4: h.From}, To: flannel.SubnetKey{IPv4: h.To},
-				BackendType: cfg.BackendType, Backend: cfg.Backend, KubeSubnetManager: true, Namespace: namespace,
+				BackendType: cfg.BackendType, Backend: cfg.Backend, KubeSubnetManager: true, Namespace: namespace, PodSelector: selector,
 			})
 		}
 		out = append(out, h)

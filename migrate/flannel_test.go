@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,7 @@ func TestFlannelHostPlans(t *testing.T) {
 	cs := flCluster(flNetConf)
 	o := flOptions(cs)
 	o.RewriteNodes, o.NodeRange, o.Continue = true, netip.MustParsePrefix("10.240.0.0/16"), true
+	o.FlannelSelector = "app in (flannel)" // the same pods, written otherwise: the host steps use it
 	m, err := migrate.FlannelPodCIDR(o)
 	require.NoError(t, err)
 	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
@@ -155,6 +157,9 @@ func TestFlannelHostPlans(t *testing.T) {
 	assert.Equal(t, "10.244.1.0/24", w3.From.String(), "first subnet")
 	assert.True(t, netip.MustParsePrefix("10.240.0.0/16").Contains(w3.To.Addr()), "last subnet %s", w3.To)
 	assert.NotEmpty(t, w3.Steps)
+	assert.True(t, slices.ContainsFunc(w3.Steps, func(s flannel.HostStep) bool {
+		return strings.Contains(s.Command, "delete pod -l 'app in (flannel)' --field-selector spec.nodeName=w3")
+	}), "the flannel pod is found with --flannel-selector, quoted for the shell: %v", w3.Steps)
 	assert.Equal(t, "10.240.2.0/24", hp["w2"].To.String(), "the rebase keeps the offset")
 	assert.Equal(t, "10.244.2.0/24", hp["w2"].From.String())
 	// w4 had no subnet before the fix step, then was renumbered: its host
