@@ -17,6 +17,10 @@ type snapshot struct {
 	iptables string
 	// bridge and vtep are nil when the device does not exist.
 	bridge, vtep *linkState
+	// transition and transitionPort are the transition veth pair
+	// (TransitionLinks of the bridge); nil when absent (or, for transition,
+	// not a veth).
+	transition, transitionPort *linkState
 	// routes are the main table's IPv4 unicast routes.
 	routes []Route
 	// chains maps "table/chain" to its rules; a missing chain is absent.
@@ -40,6 +44,10 @@ type linkState struct {
 	name  string
 	mac   string
 	addrs []netip.Prefix // IPv4, global scope
+	// up is the administrative state; master the name of the bridge it is a
+	// port of ("" when none).
+	up     bool
+	master string
 }
 
 type fileProblem struct {
@@ -99,7 +107,9 @@ func analyze(w Want, s *snapshot) *Report {
 	a.oldNet(w.OldNetwork)
 	a.cniConfig()
 	a.subnetEnv()
+	a.transitionState()
 	a.bridge()
+	a.transition()
 	a.vtep()
 	a.routes()
 	a.reservations()
@@ -233,25 +243,40 @@ func (a *auditor) bridge() {
 		return
 	}
 	gw := gateway(a.w.PodCIDR)
-	var remove, retires []netip.Prefix
+	var remove, retires, moved []netip.Prefix
 	for _, p := range a.s.bridge.addrs {
 		if p == gw {
 			continue
 		}
 		remove = append(remove, p)
-		if m := p.Masked(); !m.Overlaps(a.w.PodCIDR) && !slices.Contains(retires, m) {
+		m := p.Masked()
+		if m.Overlaps(a.w.PodCIDR) {
+			continue
+		}
+		a.oldPod(m)
+		switch {
+		case a.transitionNeeded(m):
+			moved = append(moved, p)
+		case !slices.Contains(retires, m):
 			retires = append(retires, m)
-			a.oldPod(m)
 		}
 	}
 	if len(remove) == 0 {
 		return
 	}
+	var fix []Action
+	for _, p := range moved {
+		fix = append(fix, a.setTransition(p))
+	}
+	why := fmt.Sprintf("give %s the gateway %s and take %s away once no pod uses it", name, gw, joinPrefixes(remove))
+	if len(moved) > 0 {
+		link, _ := TransitionLinks(name)
+		why = fmt.Sprintf("give %s the gateway %s and take %s away (make before break: %s keeps %s for the old pods)", name, gw, joinPrefixes(remove), link, joinPrefixes(moved))
+	}
+	fix = append(fix, Action{Kind: ActionSetAddress, Link: name, Add: gw, Remove: remove, Retires: retires, Why: why})
 	a.add(CodeBridgeAddress, cidr.SeverityError, "link "+name,
 		fmt.Sprintf("holds %s, not the gateway %s of podCIDR %s: the bridge plugin refuses new pods with `failed to set bridge addr: %q already has an IP address different from %s`",
-			joinPrefixes(remove), gw, a.w.PodCIDR, name, gw),
-		Action{Kind: ActionSetAddress, Link: name, Add: gw, Remove: remove, Retires: retires,
-			Why: fmt.Sprintf("give %s the gateway %s and take %s away once no pod uses it", name, gw, joinPrefixes(remove))})
+			joinPrefixes(remove), gw, a.w.PodCIDR, name, gw), fix...)
 }
 
 func joinPrefixes(ps []netip.Prefix) string {
@@ -364,10 +389,17 @@ func (a *auditor) routes() {
 		rts, want := groups[d], exp[d]
 		obj := "route " + d.String()
 		if _, ok := exp[d]; !ok {
-			if !a.w.PeersComplete {
-				continue
-			}
 			for _, rt := range rts {
+				if !a.w.PeersComplete {
+					// Only a route through a listed peer to a subnet it no
+					// longer claims is known to be wrong.
+					if peer, ok := a.leftTransitionRoute(rt); ok {
+						a.add(CodeTransitionRouteLeft, cidr.SeverityError, obj,
+							fmt.Sprintf("%s leads through node %s, which no longer lists %s: the transition route to its old subnet, whose pods are gone", rt, peer.Name, d),
+							Action{Kind: ActionDeleteRoute, Route: &rt, Why: "delete " + rt.String()})
+					}
+					continue
+				}
 				a.add(CodeRouteStale, cidr.SeverityError, obj,
 					fmt.Sprintf("%s leads to a subnet no node holds; traffic to it goes nowhere, or to whoever gets the subnet next", rt),
 					Action{Kind: ActionDeleteRoute, Route: &rt, Why: "delete " + rt.String()})

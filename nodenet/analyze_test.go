@@ -45,7 +45,9 @@ func codeList(r *Report) []string {
 }
 
 // TestAnalyzeUnknownPods: without the complete list of live pods no
-// reservation is released and the old gateway is never taken away.
+// reservation is released and the old gateway is never taken away: it moves
+// to the transition veth (make before break), so the bridge can take the new
+// one.
 func TestAnalyzeUnknownPods(t *testing.T) {
 	s := baseSnapshot()
 	s.bridge = &linkState{name: "cni0", addrs: []netip.Prefix{pfx("10.244.3.1/24")}}
@@ -55,9 +57,15 @@ func TestAnalyzeUnknownPods(t *testing.T) {
 	assert.Equal(t, []string{"bridge-address", "reservation-unknown"}, codeList(r))
 	p, err := NewPlan(r)
 	require.NoError(t, err)
-	require.Len(t, p.Actions, 1)
-	assert.Equal(t, ActionSetAddress, p.Actions[0].Kind)
-	assert.Contains(t, p.Actions[0].Deferred, "LivePodsComplete is false")
+	require.Len(t, p.Actions, 2)
+	assert.Equal(t, ActionSetTransition, p.Actions[0].Kind)
+	assert.Equal(t, "cni0-old", p.Actions[0].Link)
+	assert.Equal(t, pfx("10.244.3.1/24"), p.Actions[0].Add)
+	assert.Equal(t, ActionSetAddress, p.Actions[1].Kind)
+	assert.Empty(t, p.Actions[1].Retires, "the old subnet is kept, on the veth")
+	for _, a := range p.Actions {
+		assert.Empty(t, a.Deferred)
+	}
 
 	w.LivePodsComplete = true
 	r = analyze(w, s)

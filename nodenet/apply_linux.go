@@ -72,6 +72,7 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 		return nil, err
 	}
 	bridge, resDir := layout(w, cni)
+	h.bridge = bridge
 	vtep := ""
 	if w.Backend == BackendVXLAN {
 		vtep = w.VTEP
@@ -104,6 +105,8 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 				o.Status, o.Detail = StatusDeferred, d
 			} else if opts.DryRun {
 				o.Status, o.Detail = StatusDryRun, a.Why
+			} else if d = h.unmoved(plan, a); d != "" {
+				o.Status, o.Detail = StatusSkipped, d
 			} else {
 				o.Status, o.Detail, aerr = h.do(a, pods)
 			}
@@ -139,6 +142,10 @@ func (h *host) do(a *Action, pods []Pod) (Status, string, error) {
 		return h.deleteRule(a)
 	case ActionReleaseReservation:
 		return releaseReservation(a, pods)
+	case ActionSetTransition:
+		return h.setTransition(a)
+	case ActionDeleteTransition:
+		return h.deleteTransition(a, pods)
 	}
 	return "", "", fmt.Errorf("unknown action kind %q", a.Kind)
 }

@@ -34,6 +34,8 @@ type host struct {
 	nl      *netlink.Handle
 	ipt     *iptables.IPTables
 	backend string
+	// bridge is the bridge's name as Apply resolved it.
+	bridge string
 }
 
 // openHost checks the host layout and opens the namespace, netlink and
@@ -225,7 +227,13 @@ func (h *host) linkState(name string) (*linkState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &linkState{name: name, mac: l.Attrs().HardwareAddr.String(), addrs: addrs}, nil
+	st := &linkState{name: name, mac: l.Attrs().HardwareAddr.String(), addrs: addrs, up: l.Attrs().Flags&net.FlagUp != 0}
+	if mi := l.Attrs().MasterIndex; mi > 0 {
+		if m, err := h.nl.LinkByIndex(mi); err == nil {
+			st.master = m.Attrs().Name
+		}
+	}
+	return st, nil
 }
 
 func (h *host) addrs(l netlink.Link) ([]netip.Prefix, error) {
@@ -423,6 +431,9 @@ func (h *host) snapshot() (*snapshot, error) {
 		return nil, fmt.Errorf("nodenet: read %s: %w", s.envFile, err)
 	}
 	if s.bridge, err = h.linkState(bridge); err != nil {
+		return nil, err
+	}
+	if s.transition, s.transitionPort, err = h.transitionState(bridge); err != nil {
 		return nil, err
 	}
 	if w.Backend == BackendVXLAN {

@@ -125,13 +125,14 @@ func TestDataplaneMoveKeepsPodsThenConverges(t *testing.T) {
 
 	res, err := Apply(ctx, w, plan, ApplyOptions{})
 	require.NoError(t, err)
-	// 5 deferred: the bridge's old gateway and the four old rules, all of
-	// which p1 (10.244.3.2) still needs.
-	assert.Equal(t, map[Status]int{StatusDone: len(plan.Actions) - 5, StatusDeferred: 5}, statuses(res), "%v", res.Outcomes)
-	assert.Len(t, res.Deferred(), 5)
+	// 4 deferred: the four old rules, which p1 (10.244.3.2) still needs.
+	// The bridge's old gateway moved to the transition veth.
+	assert.Equal(t, map[Status]int{StatusDone: len(plan.Actions) - 4, StatusDeferred: 4}, statuses(res), "%v", res.Outcomes)
+	assert.Len(t, res.Deferred(), 4)
 
 	// New state in place; what p1 uses kept.
-	assert.Equal(t, []string{"10.244.3.1/24"}, n.addrsOf("cni0"), "the old gateway stays while p1 uses it")
+	assert.Equal(t, []string{"10.244.9.1/24"}, n.addrsOf("cni0"), "new pods can start")
+	assert.Equal(t, []string{"10.244.3.1/24"}, n.addrsOf("cni0-old"), "the old gateway stays, beside the bridge, while p1 uses it")
 	assert.Equal(t, []string{"10.244.9.0/32"}, n.addrsOf("flannel.1"))
 	l, err := n.nl.LinkByName("flannel.1")
 	require.NoError(t, err)
@@ -139,9 +140,10 @@ func TestDataplaneMoveKeepsPodsThenConverges(t *testing.T) {
 	assert.Equal(t, []string{
 		"10.244.10.0/24 via 10.244.10.0 dev flannel.1 onlink",
 		"10.244.2.0/24 via 10.244.5.0 dev flannel.1 onlink",
-		"10.244.3.0/24 dev cni0",
+		"10.244.3.0/24 dev cni0-old",
 		"10.244.5.0/24 via 10.244.5.0 dev flannel.1 onlink",
 		"10.244.8.0/24 via 10.244.8.0 dev flannel.1 onlink",
+		"10.244.9.0/24 dev cni0",
 		"192.0.2.0/24 dev eth0",
 		"198.51.100.0/24 via 192.0.2.1 dev eth0",
 	}, n.routeLines())
@@ -189,7 +191,7 @@ func TestDataplaneMoveKeepsPodsThenConverges(t *testing.T) {
 	before := n.state()
 	res, err = Apply(ctx, w, plan, ApplyOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, map[Status]int{StatusUnchanged: len(plan.Actions) - 5, StatusDeferred: 5}, statuses(res), "%v", res.Outcomes)
+	assert.Equal(t, map[Status]int{StatusUnchanged: len(plan.Actions) - 4, StatusDeferred: 4}, statuses(res), "%v", res.Outcomes)
 	assert.Equal(t, before, n.state())
 
 	// A fresh plan while p1 still runs: only what p1 needs is left, deferred.
@@ -375,7 +377,7 @@ func TestDataplaneDryRun(t *testing.T) {
 	var events []Outcome
 	res, err := Apply(ctx, w, plan, ApplyOptions{DryRun: true, OnEvent: func(o Outcome) { events = append(events, o) }})
 	require.NoError(t, err)
-	assert.Equal(t, map[Status]int{StatusDryRun: len(plan.Actions) - 5, StatusDeferred: 5}, statuses(res))
+	assert.Equal(t, map[Status]int{StatusDryRun: len(plan.Actions) - 4, StatusDeferred: 4}, statuses(res))
 	assert.Equal(t, res.Outcomes, events)
 	assert.Equal(t, before, n.state())
 }

@@ -20,8 +20,10 @@ const (
 // ActionKind is what an action does.
 type ActionKind string
 
-// The actions. A plan runs them in this order, except that a set-address
-// that takes the bridge's old gateway away runs last of all.
+// The actions. A plan runs them in this order, except that set-transition
+// runs right after set-mac, a set-address that keeps the old gateway on the
+// transition veth right after it, and a set-address that takes the bridge's
+// old gateway away last of all.
 const (
 	// ActionWriteSubnetEnv rewrites FLANNEL_NETWORK and FLANNEL_SUBNET in
 	// subnet.env (atomically, keeping the other variables).
@@ -44,6 +46,15 @@ const (
 	ActionDeleteRule ActionKind = "delete-rule"
 	// ActionDeleteRoute deletes a route.
 	ActionDeleteRoute ActionKind = "delete-route"
+	// ActionSetTransition sets up (or repairs) the make-before-break
+	// transition on a moved node: the veth pair Link/Peer (TransitionLinks
+	// of the bridge), Peer enslaved to the bridge, both up, and the old
+	// gateway Add on Link, so the bridge can take the new gateway while old
+	// pods keep theirs. It runs before the bridge's address is changed.
+	ActionSetTransition ActionKind = "set-transition"
+	// ActionDeleteTransition deletes the transition's veth pair once no live
+	// pod holds an address in the old subnets it serves (Retires).
+	ActionDeleteTransition ActionKind = "delete-transition"
 )
 
 // phase orders actions so the node's pods stay reachable: new state first
@@ -55,21 +66,25 @@ func (a *Action) phase() int {
 		return 0
 	case ActionSetMAC:
 		return 1
+	case ActionSetTransition:
+		return 2
 	case ActionSetAddress:
 		if len(a.Retires) > 0 {
-			return 8
+			return 10
 		}
-		return 2
-	case ActionSetRoute:
 		return 3
-	case ActionInsertRule:
+	case ActionSetRoute:
 		return 4
-	case ActionReleaseReservation:
+	case ActionInsertRule:
 		return 5
-	case ActionDeleteRule:
+	case ActionReleaseReservation:
 		return 6
-	case ActionDeleteRoute:
+	case ActionDeleteRule:
 		return 7
+	case ActionDeleteRoute:
+		return 8
+	case ActionDeleteTransition:
+		return 9
 	}
 	return -1
 }
@@ -100,9 +115,14 @@ type Action struct {
 	// Deferred, set by NewPlan, says why Apply will skip the action now.
 	Deferred string `json:"deferred,omitempty"`
 
-	// Link is the device (set-address, set-mac).
+	// Link is the device (set-address, set-mac; the transition veth that
+	// holds the old gateway for set-transition and delete-transition).
 	Link string `json:"link,omitempty"`
-	// Add and Remove are the addresses (set-address).
+	// Peer is the transition veth's other end, a port of the bridge
+	// (set-transition, delete-transition).
+	Peer string `json:"peer,omitempty"`
+	// Add and Remove are the addresses (set-address; set-transition adds
+	// Add, delete-transition lists in Remove what the veth held).
 	Add    netip.Prefix   `json:"add,omitzero"`
 	Remove []netip.Prefix `json:"remove,omitempty"`
 	// MAC and OldMAC are the new and the current MAC (set-mac).
@@ -193,6 +213,12 @@ func (p *Plan) retired(a *Action) []netip.Prefix {
 	}
 	switch {
 	case a.Kind == ActionSetAddress && a.Link == p.Bridge:
+		for _, r := range a.Remove {
+			if !p.movedToTransition(r) {
+				add(r.Masked())
+			}
+		}
+	case a.Kind == ActionDeleteTransition:
 		for _, r := range a.Remove {
 			add(r.Masked())
 		}
@@ -292,7 +318,7 @@ func (p *Plan) Validate() error {
 			return bad(field+".kind", string(a.Kind), "is not an action nodenet knows")
 		}
 		if a.phase() < last {
-			return bad(field+".kind", string(a.Kind), "is out of order: actions run subnet.env, MAC, address, route, rule insert, reservation, rule delete, route delete, then the bridge's old address")
+			return bad(field+".kind", string(a.Kind), "is out of order: actions run subnet.env, MAC, transition set-up, address, route, rule insert, reservation, rule delete, route delete, transition teardown, then the bridge's old address")
 		}
 		last = a.phase()
 		for j, r := range a.Retires {
@@ -336,7 +362,7 @@ func (p *Plan) validateAction(a *Action, field string) error {
 				return bad("add", prefixString(a.Add), "must be %s, the podCIDR's gateway, on the bridge %s", gateway(p.PodCIDR), p.Bridge)
 			}
 			for j, r := range a.Remove {
-				if !r.Overlaps(p.PodCIDR) && !slices.Contains(a.Retires, r.Masked()) {
+				if !r.Overlaps(p.PodCIDR) && !slices.Contains(a.Retires, r.Masked()) && !p.movedToTransition(r) {
 					return bad("remove["+strconv.Itoa(j)+"]", prefixString(r), "takes %s away but retires lists %s", r.Masked(), joinPrefixes(a.Retires))
 				}
 			}
@@ -380,6 +406,8 @@ func (p *Plan) validateAction(a *Action, field string) error {
 		if a.Kind == ActionDeleteRule && !namesRetired(a.Rule.Spec, a.Retires) {
 			return bad("rule.spec", joinSpec(a.Rule.Spec), "names none of the retired ranges %s; a plan only deletes rules naming an old range", joinPrefixes(a.Retires))
 		}
+	case ActionSetTransition, ActionDeleteTransition:
+		return p.validateTransition(a, field)
 	case ActionReleaseReservation:
 		if !a.IP.Is4() || p.PodCIDR.Contains(a.IP) {
 			return bad("ip", addrString(a.IP), "must be an IPv4 address outside the podCIDR %s", p.PodCIDR)

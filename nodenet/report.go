@@ -66,6 +66,25 @@ const (
 	// FLANNEL-POSTRTG has no RETURN rule for them, so flannel's MASQUERADE
 	// rewrites their source address.
 	CodeMasqKeepMissing Code = "masq-keep-missing"
+	// CodeOldGatewayMissing: live pods hold addresses in an old subnet of
+	// the node, but neither the bridge nor the transition veth holds that
+	// subnet's gateway (or the veth is not a working port of the bridge): the
+	// old pods lost their default gateway. Fixed by set-transition.
+	CodeOldGatewayMissing Code = "old-gateway-missing"
+	// CodeTransitionActive: the make-before-break transition (the veth
+	// holding an old gateway) is in place and live pods still use it, or the
+	// live pods are not known. An error, so Verify does not pass while it
+	// lasts; its teardown is planned and deferred.
+	CodeTransitionActive Code = "transition-active"
+	// CodeTransitionLeft: the transition veth is still there but no live
+	// pod holds an address in the old subnets it serves; it is deleted.
+	CodeTransitionLeft Code = "transition-left"
+	// CodeTransitionRouteLeft: a route to a subnet that a listed peer no
+	// longer claims leads through that peer's VTEP (vxlan) or address
+	// (host-gw): the transition route to its old subnet, left after its old
+	// pods are gone. Reported (and deleted) when PeersComplete is false;
+	// with the complete list of peers such a route is CodeRouteStale.
+	CodeTransitionRouteLeft Code = "transition-route-left"
 	// CodeCNIConfigMissing: CNIConfDir holds no CNI config; defaults are
 	// assumed. A warning.
 	CodeCNIConfigMissing Code = "cni-config-missing"

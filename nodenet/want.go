@@ -175,6 +175,9 @@ func (w Want) normalize() (Want, error) {
 	if w.Network.IsValid() && !contains(w.Network, w.PodCIDR) {
 		return bad("PodCIDR", w.PodCIDR.String(), "is outside Network %s; flanneld refuses such a node", w.Network)
 	}
+	if w.OldPodCIDR.IsValid() && w.OldPodCIDR.Bits() > 30 {
+		return bad("OldPodCIDR", w.OldPodCIDR.String(), "is too small for a gateway and pods; a flannel subnet is /30 or shorter")
+	}
 	if w.OldPodCIDR.IsValid() && w.OldPodCIDR.Overlaps(w.PodCIDR) {
 		return bad("OldPodCIDR", w.OldPodCIDR.String(), "overlaps PodCIDR %s; the old range must be another subnet", w.PodCIDR)
 	}
@@ -195,6 +198,11 @@ func (w Want) normalize() (Want, error) {
 		w.VTEP = DefaultVTEP
 	} else if !validIfName(w.VTEP) {
 		return bad("VTEP", w.VTEP, "must be an interface name (1-15 characters, no '/', ':' or spaces)")
+	}
+	if w.Bridge != "" {
+		if link, port := TransitionLinks(w.Bridge); w.VTEP == link || w.VTEP == port {
+			return bad("VTEP", w.VTEP, "is the name of bridge %s's transition veth (%s/%s); name the VTEP otherwise", w.Bridge, link, port)
+		}
 	}
 	if w.VTEPMAC != "" {
 		mac, err := net.ParseMAC(w.VTEPMAC)
@@ -258,6 +266,13 @@ func (w Want) normalize() (Want, error) {
 	}
 	if err := checkPods("Want.LivePods", w.LivePods); err != nil {
 		return Want{}, err
+	}
+	if w.OldPodCIDR.IsValid() {
+		for i, p := range w.LivePods {
+			if p.IP == gateway(w.OldPodCIDR).Addr() {
+				return bad("LivePods["+strconv.Itoa(i)+"].IP", p.IP.String(), "is the gateway of OldPodCIDR %s, which the transition veth keeps for the old pods; a pod cannot hold it", w.OldPodCIDR)
+			}
+		}
 	}
 	return w, nil
 }
