@@ -182,8 +182,17 @@ func (w *worker) fast(raw []byte, indent int, allowList bool, r *jobResult) bool
 			return false // the full decoder reports it
 		}
 		r.nodes = append(r.nodes, n)
-	case len(f.kind) == 0, allowList && bytes.HasSuffix(f.kind, []byte("List")), w.kept(f.apiVersion, f.kind):
+	case len(f.kind) == 0, allowList && bytes.HasSuffix(f.kind, []byte("List")):
 		return false
+	case w.kept(f.apiVersion, f.kind):
+		// Kept objects are turned into JSON by the same parser as Nodes:
+		// going through sigs.k8s.io/yaml costs about ten times more.
+		apiVersion, kind := string(f.apiVersion), string(f.kind)
+		js, ok := f.toJSON(raw, indent)
+		if !ok || !json.Valid(js) {
+			return false
+		}
+		r.objects = append(r.objects, Object{APIVersion: apiVersion, Kind: kind, JSON: bytes.Clone(js)})
 	default:
 		r.skipped++
 	}

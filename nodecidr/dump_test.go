@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/yaml"
 )
 
 const listYAML = `apiVersion: v1
@@ -332,4 +333,23 @@ func TestReadDumpWithKeep(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, d.Objects)
 	assert.Equal(t, 3, d.Skipped)
+}
+
+// TestReadDumpWithKeepFastMatchesFull: kept objects of a block-style YAML
+// List (which take the fast path) hold the JSON sigs.k8s.io/yaml makes of
+// each item, awkward scalars and block text included.
+func TestReadDumpWithKeepFastMatchesFull(t *testing.T) {
+	items := []string{
+		"- apiVersion: v1\n  kind: Service\n  metadata:\n    annotations:\n      a: \"0123\"\n      b: 'yes'\n      c: \"true\"\n    labels:\n      n: \"1.5\"\n    name: web\n    namespace: shop\n  spec:\n    clusterIP: 10.96.0.20\n    clusterIPs:\n    - 10.96.0.20\n    ports:\n    - name: http\n      port: 80\n      targetPort: 8080\n    selector: {}\n  status:\n    loadBalancer: {}\n",
+		"- apiVersion: v1\n  data:\n    config.conf: |-\n      apiVersion: kubeproxy.config.k8s.io/v1alpha1\n      clusterCIDR: 10.64.0.0/16\n\n      kind: KubeProxyConfiguration\n    net-conf.json: |\n      {\n        \"Network\": \"10.64.0.0/10\"\n      }\n    empty: \"\"\n    tilde: \"~\"\n  kind: ConfigMap\n  metadata:\n    name: kube-proxy\n    namespace: kube-system\n",
+	}
+	keep := func(_, kind string) bool { return kind == "Service" || kind == "ConfigMap" }
+	d, err := ReadDumpWith(t.Context(), strings.NewReader("apiVersion: v1\nitems:\n"+strings.Join(items, "")+"kind: List\n"), DumpOptions{Keep: keep})
+	require.NoError(t, err)
+	require.Len(t, d.Objects, len(items))
+	for i, it := range items {
+		want, err := yaml.YAMLToJSON([]byte(" " + it[1:]))
+		require.NoError(t, err)
+		assert.JSONEq(t, string(want), string(d.Objects[i].JSON), "item %d", i)
+	}
 }
