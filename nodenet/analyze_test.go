@@ -79,6 +79,30 @@ func TestAnalyzeUnknownPods(t *testing.T) {
 	}
 }
 
+// TestAnalyzeNoTransitionIntoAPeersSubnet: the old subnet of a node moved
+// off a duplicate podCIDR is another node's now (seed 001): no transition
+// takes it over locally; the bridge keeps its old gateway, deferred, until
+// the old pods are gone.
+func TestAnalyzeNoTransitionIntoAPeersSubnet(t *testing.T) {
+	s := baseSnapshot()
+	s.bridge = &linkState{name: "cni0", addrs: []netip.Prefix{pfx("10.244.3.1/24")}}
+	w := mustWant(t, Want{Node: "c", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW,
+		LivePodsComplete: true, LivePods: []Pod{{Name: "default/c1", IP: addr("10.244.3.2")}},
+		Peers: []Peer{{Name: "b", PodCIDR: pfx("10.244.3.0/24"), PublicIP: addr("192.0.2.12")}}})
+	p, err := NewPlan(analyze(w, s))
+	require.NoError(t, err)
+	var kinds []ActionKind
+	for _, a := range p.Actions {
+		kinds = append(kinds, a.Kind)
+		if a.Kind == ActionSetAddress && a.Link == "cni0" {
+			assert.NotEmpty(t, a.Deferred, "the bridge keeps 10.244.3.1 while c1 lives")
+			assert.Equal(t, []netip.Prefix{pfx("10.244.3.0/24")}, a.Retires)
+		}
+	}
+	assert.NotContains(t, kinds, ActionSetTransition, "b holds 10.244.3.0/24: c does not keep a route to it")
+	assert.Contains(t, kinds, ActionSetAddress)
+}
+
 // TestAnalyzeRulesNetworkChange: rules naming the old network and the old
 // node subnet are rewritten to the new ones; a rule naming an old address
 // nodenet cannot map is reported for a person; other masquerades (Docker's)

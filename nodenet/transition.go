@@ -90,6 +90,14 @@ func (p *Plan) validateTransition(a *Action, field string) error {
 // a listed live pod holds an address in it, or the live pods are not known
 // (one may).
 func (a *auditor) transitionNeeded(m netip.Prefix) bool {
+	// A subnet another node holds now (a duplicate podCIDR being fixed) is
+	// not kept here: the peer's route to it is the right one, and this
+	// node's old pods in it were unreachable from the other nodes anyway.
+	for _, p := range a.w.Peers {
+		if p.PodCIDR.IsValid() && p.PodCIDR.Overlaps(m) {
+			return false
+		}
+	}
 	return !a.w.LivePodsComplete || len(a.oldPodsIn(m)) > 0
 }
 
