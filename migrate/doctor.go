@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/calico"
@@ -296,7 +297,7 @@ func Diagnose(ctx context.Context, s *Snapshot, opts DoctorOptions) (*DoctorRepo
 	d.flannel()
 	d.calico(opts.Pods && s.PodsRead)
 	d.services()
-	d.config()
+	d.config(opts)
 	d.conflicts()
 	d.fixPlan()
 	d.ranges()
@@ -797,8 +798,18 @@ func join[T fmt.Stringer](xs []T) string {
 
 // config runs kubeadmcfg.Check: kube-proxy, kubelet, kubeadm-config and the
 // control-plane flags against each other.
-func (d *diag) config() {
+func (d *diag) config(opts DoctorOptions) {
 	ks := d.kubeadm
+	if ks.ControllerManager == nil && opts.Flags != nil {
+		// No kube-controller-manager Pod was read: the flags the caller gave
+		// stand for it, so kube-proxy and kubeadm-config are compared with
+		// them too.
+		if m, err := flagsManifest(d.r.Flags, opts.FlagsSource); err == nil {
+			cp := *ks
+			cp.ControllerManager = m
+			ks = &cp
+		}
+	}
 	ks.Nodes = nodecidr.NodePodCIDRs(d.s.Nodes)
 	for _, p := range d.s.IPPools {
 		ks.Pools = append(ks.Pools, kubeadmcfg.PodPool{Name: p.Name, Kind: cidr.KindCalicoPool, CIDR: p.Spec.CIDR})
@@ -981,4 +992,20 @@ func (d *diag) ranges() {
 			r.Ranges = append(r.Ranges, MapRange{Label: "Node " + fn.Name, Kind: cidr.KindNodePodCIDR, Prefix: p, Duplicate: dup[fn.Name], Conflict: bad[fn.Name]})
 		}
 	}
+}
+
+// flagsManifest is a kube-controller-manager static-pod manifest running
+// with f, named source (the flags a caller gave the doctor).
+func flagsManifest(f cidr.ControllerManagerFlags, source string) (*kubeadmcfg.Manifest, error) {
+	pod := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: cidr.KubeControllerManager, Labels: map[string]string{"component": cidr.KubeControllerManager}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: cidr.KubeControllerManager, Command: append([]string{cidr.KubeControllerManager}, f.Args()...)}}}}
+	data, err := yaml.Marshal(&pod)
+	if err != nil {
+		return nil, err
+	}
+	if source == "" {
+		source = "the kube-controller-manager flags given"
+	}
+	return kubeadmcfg.ParseManifestFrom(source, data)
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/cidrshift/cidrshift/calico"
+	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/servicecidr"
 )
 
@@ -380,4 +381,20 @@ func TestDiagnoseErrors(t *testing.T) {
 	delete(c.cms, "kubeadm-config")
 	_, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
 	assert.ErrorIs(t, err, ErrNoFlags)
+}
+
+// Without a kube-controller-manager Pod, the flags given to the doctor stand
+// for it: kube-proxy's clusterCIDR is compared with them.
+func TestDiagnoseKubeProxyAgainstGivenFlags(t *testing.T) {
+	c := newDoctorCluster()
+	c.pods = c.pods[:1] // no control-plane Pods
+	delete(c.cms, "kubeadm-config")
+	c.cms["kube-proxy"].Data["config.conf"] = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/17\n"
+	flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "10.96.0.0/12"}
+	r, err := Diagnose(context.Background(), readDump(t, c.dump(t)), DoctorOptions{Flags: &flags, FlagsSource: "--cluster-cidr given"})
+	require.NoError(t, err)
+	require.Contains(t, codes(r), CodeKubeProxyClusterCIDRMismatch)
+	f := r.With(CodeKubeProxyClusterCIDRMismatch)[0]
+	assert.Contains(t, f.Message, "10.244.0.0/17")
+	assert.Contains(t, f.Message, "--cluster-cidr given")
 }
