@@ -19,8 +19,13 @@ type snapshot struct {
 	bridge, vtep *linkState
 	// transition and transitionPort are the transition veth pair
 	// (TransitionLinks of the bridge); nil when absent (or, for transition,
-	// not a veth).
+	// not a veth). transitionGWs are the addresses routed (/32) through the
+	// transition link: the old gateways it serves; analyze sets
+	// transition.addrs to them with their old subnet's length.
 	transition, transitionPort *linkState
+	transitionGWs              []netip.Addr
+	// proxies are the bridge's IPv4 proxy neighbour entries.
+	proxies []netip.Addr
 	// routes are the main table's IPv4 unicast routes.
 	routes []Route
 	// chains maps "table/chain" to its rules; a missing chain is absent.
@@ -347,8 +352,8 @@ func (a *auditor) relevantRoute(rt Route, exp map[netip.Prefix]Route) bool {
 	if rt.Dev == a.r.Bridge || contains(a.w.PodCIDR, rt.Dst) || rt.Dst == a.w.Network || rt.Dst.Bits() == 0 {
 		return false
 	}
-	// The node's own old subnet, connected to a device (the old gateway kept
-	// on a veth beside the bridge while old pods remain) is not a peer route.
+	// The node's own old subnet, routed to a device (the old gateway routed
+	// to the transition veth while old pods remain) is not a peer route.
 	if !rt.Gw.IsValid() && slices.ContainsFunc(a.r.OldPodCIDRs, func(o netip.Prefix) bool { return contains(o, rt.Dst) }) {
 		return false
 	}

@@ -349,9 +349,22 @@ func (n *testNode) routeLines() []string {
 	return out
 }
 
+// proxies lists a link's IPv4 proxy neighbour entries.
+func (n *testNode) proxies(link string) []string {
+	n.t.Helper()
+	h := &host{nl: n.nl}
+	ps, err := h.proxies(link)
+	require.NoError(n.t, err)
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
 // state renders everything nodenet could change: links with MACs and
-// addresses, routes, all iptables rules of nat and filter, and every file
-// under the roots with its content.
+// addresses, proxy neighbour entries, routes, all iptables rules of nat
+// and filter, and every file under the roots with its content.
 func (n *testNode) state() string {
 	n.t.Helper()
 	var b strings.Builder
@@ -359,6 +372,11 @@ func (n *testNode) state() string {
 	require.NoError(n.t, err)
 	for _, l := range links {
 		fmt.Fprintf(&b, "link %s %s %v\n", l.Attrs().Name, l.Attrs().HardwareAddr, n.addrsOf(l.Attrs().Name))
+	}
+	for _, l := range links {
+		for _, a := range n.proxies(l.Attrs().Name) {
+			fmt.Fprintf(&b, "proxy %s dev %s\n", a, l.Attrs().Name)
+		}
 	}
 	for _, r := range n.routeLines() {
 		fmt.Fprintf(&b, "route %s\n", r)

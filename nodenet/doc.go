@@ -48,12 +48,18 @@
 // the bridge, which would make the bridge plugin refuse every new pod; it
 // builds a transition:
 //
-//   - set-transition: the veth pair TransitionLinks(bridge), <bridge>-old
-//     holding A.1/len and <bridge>-obr, its peer, a port of the bridge (the
-//     bridge plugin refuses a second IPv4 address on the bridge itself); the
-//     bridge's name is cut to 11 characters so both fit IFNAMSIZ. Then the
-//     bridge's set-address gives it the new gateway and takes A.1 off it;
-//     Apply skips that while the veth does not hold A.1.
+//   - set-transition: the bridge answers ARP for A.1 as a proxy (`ip neigh
+//     add proxy A.1 dev <bridge>`), with `A.1/32 dev <bridge>-old` and
+//     `A dev <bridge> metric 1` in the main table. <bridge>-old is a veth
+//     whose peer <bridge>-olp stays down and out of the bridge
+//     (TransitionLinks; the bridge's name is cut to 11 characters so both
+//     fit IFNAMSIZ). The kernel answers from a proxy entry only when the
+//     route to the target leaves through another device than the request's
+//     (arp_process; forwarding on), which the /32 route provides; the
+//     bridge plugin refuses a second IPv4 address on the bridge, and the
+//     proxy entry is none. Then the bridge's set-address gives it the new
+//     gateway and takes A.1 off it; Apply skips that while the proxy entry,
+//     the /32 route or the route to A is missing.
 //   - RETURN rules for A in both directions at the top of FLANNEL-POSTRTG
 //     (masq-keep-missing), so flannel's MASQUERADE keeps old pods' source.
 //   - on every other node, whose Want lists A in that node's
@@ -62,12 +68,37 @@
 //
 // Audit reports the transition as transition-active (an error, so Verify
 // does not pass, with its teardown planned and deferred) and a missing part
-// as old-gateway-missing (no device holds A.1, or the veth is down or not a
-// bridge port), masq-keep-missing or route-missing, so an agent that audits
-// again re-asserts it. Once the complete list of live pods holds no A
-// address: transition-left deletes the veth pair, the RETURN rules go
-// (rule-stale), peers' routes to A go (route-stale, or transition-route-left
-// when PeersComplete is false), and Verify shows no trace of A.
+// as old-gateway-missing (neither the bridge nor the transition serves A.1:
+// no /32 route through <bridge>-old, <bridge>-old down, the proxy entry or
+// the route to A through the bridge missing), masq-keep-missing or
+// route-missing, so an agent that audits again re-asserts it. Once the
+// complete list of live pods holds no A address: transition-left removes
+// the proxy entry and the route to A and deletes the veth pair, the RETURN
+// rules go (rule-stale), peers' routes to A go (route-stale, or
+// transition-route-left when PeersComplete is false), and Verify shows no
+// trace of A.
+//
+// Why a proxy entry and not A.1 on a device beside the bridge. An earlier
+// form kept A.1 on a veth whose peer was a port of the bridge. With
+// br_netfilter (bridge-nf-call-iptables=1, every Kubernetes node), an old
+// pod's frames to that veth's MAC are bridged first, and nat POSTROUTING
+// sees them on the bridge hop, where flannel's `-s <Network> ! -d
+// 224.0.0.0/4 -j MASQUERADE` rewrote traffic to destinations outside the
+// pod network (the node's underlay address); conntrack binds NAT on that
+// first pass and the routed pass cannot fix it. Whether it happened
+// depended on which MAC the pod learned for A.1 (the bridge answered ARP
+// for it too). Traffic from outside the pod network to old pods crossed the
+// same extra bridged hop on its way in. With the proxy entry the only MAC
+// for A.1 is the bridge's own, so old pods' traffic takes new pods' path:
+// routed once by the bridge device, NATed once, and the host reaches them
+// through the bridge. A.1/32 as a local address on another device (the
+// bridge answers ARP for any local address when arp_ignore is 0) works
+// too, but not with arp_ignore 1, which kube-proxy's IPVS strictARP sets;
+// the proxy entry does not depend on arp_ignore. What it costs: A.1 is a
+// next hop only, not a host address (packets to A.1 itself end at the
+// down veth), and the kernel may delay its answer to a broadcast request
+// by up to proxy_delay (0.8 s by default; answers to the unicast requests
+// that refresh an entry are not delayed).
 //
 // What flanneld v0.28 removes of it: at start it clears FLANNEL-POSTRTG
 // (CreateIP4Chain uses ClearChain), dropping the RETURN rules; its periodic
@@ -80,13 +111,8 @@
 // its own routes. It never touches cni0 or the veth. In every case Audit
 // reports the missing entry and the next Apply puts it back.
 //
-// The bridge's MAC should be pinned (the bridge plugin does), or adding and
-// removing the veth port may change it under the pods' ARP caches. Known gap:
-// with br_netfilter (bridge-nf-call-iptables=1), an old pod's packets to the
-// veth's MAC are bridged, so nat POSTROUTING sees them on the bridge hop
-// first and flannel's MASQUERADE may rewrite traffic to destinations
-// outside the pod network (the node's own underlay address, the internet);
-// traffic inside the pod network is kept by the RETURN rules.
+// The bridge's MAC should be pinned (the bridge plugin does), so it does not
+// change under the pods' ARP caches as ports come and go.
 //
 // Bad input changes nothing and gets an error naming the field and the
 // value: a malformed Want (*FieldError, ErrInvalidInput), no RunFlannelDir

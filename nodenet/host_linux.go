@@ -433,16 +433,16 @@ func (h *host) snapshot() (*snapshot, error) {
 	if s.bridge, err = h.linkState(bridge); err != nil {
 		return nil, err
 	}
-	if s.transition, s.transitionPort, err = h.transitionState(bridge); err != nil {
+	if s.routes, _, err = h.routes(); err != nil {
+		return nil, err
+	}
+	if s.transition, s.transitionPort, s.transitionGWs, s.proxies, err = h.transitionState(bridge, s.routes); err != nil {
 		return nil, err
 	}
 	if w.Backend == BackendVXLAN {
 		if s.vtep, err = h.linkState(w.VTEP); err != nil {
 			return nil, err
 		}
-	}
-	if s.routes, _, err = h.routes(); err != nil {
-		return nil, err
 	}
 	if s.chains, err = h.rules(); err != nil {
 		return nil, err

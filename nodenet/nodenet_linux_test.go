@@ -126,13 +126,14 @@ func TestDataplaneMoveKeepsPodsThenConverges(t *testing.T) {
 	res, err := Apply(ctx, w, plan, ApplyOptions{})
 	require.NoError(t, err)
 	// 4 deferred: the four old rules, which p1 (10.244.3.2) still needs.
-	// The bridge's old gateway moved to the transition veth.
+	// The bridge's old gateway moved to the transition (a proxy entry).
 	assert.Equal(t, map[Status]int{StatusDone: len(plan.Actions) - 4, StatusDeferred: 4}, statuses(res), "%v", res.Outcomes)
 	assert.Len(t, res.Deferred(), 4)
 
 	// New state in place; what p1 uses kept.
 	assert.Equal(t, []string{"10.244.9.1/24"}, n.addrsOf("cni0"), "new pods can start")
-	assert.Equal(t, []string{"10.244.3.1/24"}, n.addrsOf("cni0-old"), "the old gateway stays, beside the bridge, while p1 uses it")
+	assert.Empty(t, n.addrsOf("cni0-old"), "the old gateway is no address any more")
+	assert.Equal(t, []string{"10.244.3.1"}, n.proxies("cni0"), "cni0 answers for the old gateway while p1 uses it")
 	assert.Equal(t, []string{"10.244.9.0/32"}, n.addrsOf("flannel.1"))
 	l, err := n.nl.LinkByName("flannel.1")
 	require.NoError(t, err)
@@ -140,7 +141,8 @@ func TestDataplaneMoveKeepsPodsThenConverges(t *testing.T) {
 	assert.Equal(t, []string{
 		"10.244.10.0/24 via 10.244.10.0 dev flannel.1 onlink",
 		"10.244.2.0/24 via 10.244.5.0 dev flannel.1 onlink",
-		"10.244.3.0/24 dev cni0-old",
+		"10.244.3.0/24 dev cni0 metric 1",
+		"10.244.3.1/32 dev cni0-old",
 		"10.244.5.0/24 via 10.244.5.0 dev flannel.1 onlink",
 		"10.244.8.0/24 via 10.244.8.0 dev flannel.1 onlink",
 		"10.244.9.0/24 dev cni0",

@@ -48,12 +48,15 @@ const (
 	ActionDeleteRoute ActionKind = "delete-route"
 	// ActionSetTransition sets up (or repairs) the make-before-break
 	// transition on a moved node: the veth pair Link/Peer (TransitionLinks
-	// of the bridge), Peer enslaved to the bridge, both up, and the old
-	// gateway Add on Link, so the bridge can take the new gateway while old
-	// pods keep theirs. It runs before the bridge's address is changed.
+	// of the bridge), Link up with the route Add.Addr()/32 through it, Peer
+	// down and no bridge port, and on the bridge a proxy neighbour entry
+	// for the old gateway Add and a route to its subnet, so the bridge can
+	// take the new gateway while old pods keep theirs. It runs before the
+	// bridge's address is changed.
 	ActionSetTransition ActionKind = "set-transition"
-	// ActionDeleteTransition deletes the transition's veth pair once no live
-	// pod holds an address in the old subnets it serves (Retires).
+	// ActionDeleteTransition removes the transition (the proxy entries and
+	// routes of Remove, then the veth pair) once no live pod holds an
+	// address in the old subnets it serves (Retires).
 	ActionDeleteTransition ActionKind = "delete-transition"
 )
 
@@ -118,7 +121,7 @@ type Action struct {
 	// Link is the device (set-address, set-mac; the transition veth that
 	// holds the old gateway for set-transition and delete-transition).
 	Link string `json:"link,omitempty"`
-	// Peer is the transition veth's other end, a port of the bridge
+	// Peer is the transition veth's other end, kept down
 	// (set-transition, delete-transition).
 	Peer string `json:"peer,omitempty"`
 	// Add and Remove are the addresses (set-address; set-transition adds

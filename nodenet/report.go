@@ -67,16 +67,17 @@ const (
 	// rewrites their source address.
 	CodeMasqKeepMissing Code = "masq-keep-missing"
 	// CodeOldGatewayMissing: live pods hold addresses in an old subnet of
-	// the node, but neither the bridge nor the transition veth holds that
-	// subnet's gateway (or the veth is not a working port of the bridge): the
-	// old pods lost their default gateway. Fixed by set-transition.
+	// the node, but neither the bridge holds that subnet's gateway nor the
+	// transition serves it (or only in part: the transition veth down, the
+	// bridge's proxy entry or route to the subnet missing): the old pods
+	// lost their default gateway. Fixed by set-transition.
 	CodeOldGatewayMissing Code = "old-gateway-missing"
-	// CodeTransitionActive: the make-before-break transition (the veth
-	// holding an old gateway) is in place and live pods still use it, or the
+	// CodeTransitionActive: the make-before-break transition (the bridge
+	// answering for an old gateway as a proxy) is in place and live pods still use it, or the
 	// live pods are not known. An error, so Verify does not pass while it
 	// lasts; its teardown is planned and deferred.
 	CodeTransitionActive Code = "transition-active"
-	// CodeTransitionLeft: the transition veth is still there but no live
+	// CodeTransitionLeft: the transition is still there but no live
 	// pod holds an address in the old subnets it serves; it is deleted.
 	CodeTransitionLeft Code = "transition-left"
 	// CodeTransitionRouteLeft: a route to a subnet that a listed peer no

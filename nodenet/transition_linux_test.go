@@ -145,6 +145,33 @@ func (n *testNode) vtepTo(vtep netlink.Link, subnet, peerVTEPAddr, peerMAC, peer
 	n.route(subnet, peerVTEPAddr, vtep, true, 0)
 }
 
+// flushNeigh forgets the IPv4 neighbours the namespace learned on link.
+func (n *testNode) flushNeigh(link string) {
+	n.t.Helper()
+	l, err := n.nl.LinkByName(link)
+	require.NoError(n.t, err)
+	ns, err := n.nl.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+	require.NoError(n.t, err)
+	for _, e := range ns {
+		if e.State&netlink.NUD_PERMANENT == 0 {
+			_ = n.nl.NeighDel(&e)
+		}
+	}
+}
+
+// neighMAC is the MAC the namespace holds for ip on l ("" when none).
+func (n *testNode) neighMAC(l netlink.Link, ip string) string {
+	n.t.Helper()
+	ns, err := n.nl.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+	require.NoError(n.t, err)
+	for _, e := range ns {
+		if e.IP.String() == ip {
+			return e.HardwareAddr.String()
+		}
+	}
+	return ""
+}
+
 // reach asserts that from reaches to's echo server and that the source
 // address it saw is want.
 func reach(t *testing.T, from *testNode, fromName, to, want string) {
@@ -157,12 +184,13 @@ func reach(t *testing.T, from *testNode, fromName, to, want string) {
 
 // TestDataplaneTransition moves node-1 from the old subnet A=10.244.3.0/24
 // to C=10.244.9.0/24 while pod p1 still runs at A.2, make before break, in
-// real namespaces with flannel's masquerade rules: Apply on node-1 moves
-// A.1 to the transition veth and gives the bridge C.1, a new pod p3 at C.2
-// starts, and Apply on node-2 adds the route to A. Every pair of p1, p3
-// and node-2's p2 talks TCP with source addresses kept, and p1 still reaches
-// its gateway and the host. Once p1 is gone, the transition is torn down on
-// both nodes and no trace of A is left.
+// real namespaces with flannel's masquerade rules and br_netfilter: Apply
+// on node-1 has the bridge answer for A.1 as a proxy and gives it C.1, a
+// new pod p3 at C.2 starts, and Apply on node-2 adds the route to A. Every
+// pair of p1, p3 and node-2's p2 talks TCP with source addresses kept, and
+// p1 reaches the node's and node-2's underlay addresses 20 times over with
+// ARP caches flushed, NATed exactly as p3 is. Once p1 is gone, the
+// transition is torn down on both nodes and no trace of A is left.
 func TestDataplaneTransition(t *testing.T) {
 	for _, backend := range []string{BackendHostGW, BackendVXLAN} {
 		t.Run(backend, func(t *testing.T) { testTransition(t, backend) })
@@ -253,14 +281,19 @@ func testTransition(t *testing.T, backend string) {
 	}, codes(r))
 	plan, _ := apply(n1, w1)
 	link, port := TransitionLinks(br)
-	assert.Equal(t, []ActionKind{ActionSetTransition, ActionSetAddress, ActionInsertRule, ActionInsertRule}, kinds(plan))
-	assert.Equal(t, []string{"10.244.9.1/24"}, n1.addrsOf(br), "the bridge has C's gateway: the bridge plugin accepts new pods")
-	assert.Equal(t, []string{"10.244.3.1/24"}, n1.addrsOf(link), "A's gateway, beside the bridge")
-	pl, err := n1.nl.LinkByName(port)
-	require.NoError(t, err)
 	brl, err := n1.nl.LinkByName(br)
 	require.NoError(t, err)
-	assert.Equal(t, brl.Attrs().Index, pl.Attrs().MasterIndex, "%s is a port of %s", port, br)
+	p1eth0, err := p1.nl.LinkByName("eth0")
+	require.NoError(t, err)
+	assert.Equal(t, []ActionKind{ActionSetTransition, ActionSetAddress, ActionInsertRule, ActionInsertRule}, kinds(plan))
+	assert.Equal(t, []string{"10.244.9.1/24"}, n1.addrsOf(br), "the bridge has C's gateway: the bridge plugin accepts new pods")
+	assert.Equal(t, []string{"10.244.3.1"}, n1.proxies(br), "the bridge answers ARP for A's gateway as a proxy")
+	assert.Empty(t, n1.addrsOf(link), "A's gateway is no address of any device")
+	assert.Subset(t, n1.routeLines(), []string{oldA + " dev " + br + " metric 1", "10.244.3.1/32 dev " + link})
+	pl, err := n1.nl.LinkByName(port)
+	require.NoError(t, err)
+	assert.Zero(t, pl.Attrs().MasterIndex, "%s is no bridge port", port)
+	assert.Zero(t, pl.Attrs().Flags&net.FlagUp, "%s stays down: packets routed to A.1 itself end there", port)
 	keep := []string{
 		`-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.3.0/24 -m comment --comment "cidrshift nodenet: keep old pod addresses" -j RETURN`,
 		`-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -m comment --comment "cidrshift nodenet: keep old pod addresses" -j RETURN`,
@@ -307,16 +340,30 @@ func testTransition(t *testing.T, backend string) {
 			}
 		}
 	}
-	reach(t, p1.testNode, "p1", "10.244.3.1", p1.ip) // its gateway, the host
-	// Known gap, logged not asserted: with br_netfilter, p1's packets to the
-	// gateway's veth MAC are bridged, so nat POSTROUTING sees them on the
-	// bridge first, where flannel's MASQUERADE rewrites a destination
-	// outside the network (here the node's underlay address) to the
-	// bridge's address; the host then drops them. It depends on which MAC
-	// p1 learned for A.1 (cni0 answers ARP for it too).
-	if got, err := p1.dial("192.0.2.11"); err != nil || got != p1.ip {
-		t.Logf("KNOWN GAP: old pod p1 -> node address 192.0.2.11: saw %q, %v", got, err)
+	// The old gateway is a next hop, not a host address: p1's packets to
+	// A.1 itself go nowhere (they end at the transition veth).
+	_, err = p1.dial("10.244.3.1")
+	assert.Error(t, err, "p1 -> its gateway's own address")
+	// Old pods' traffic takes new pods' path: frames to the bridge's own
+	// MAC, routed once, NATed once. With br_netfilter, a bridged hop to a
+	// device beside the bridge would let flannel's MASQUERADE bind NAT on
+	// the bridge pass. Whatever the ARP caches hold, p1 resolves A.1 to the
+	// bridge's MAC and reaches the node's underlay address with its own
+	// source, and node-2's with the node's (MASQUERADE, as for p3).
+	brMAC := brl.Attrs().HardwareAddr.String()
+	n2.serve()
+	for i := range 20 {
+		p1.flushNeigh("eth0")
+		if i%2 == 1 {
+			// The node forgets p1 too, so the next exchange starts from its side.
+			n1.flushNeigh(br)
+		}
+		reach(t, p1.testNode, "p1", "192.0.2.11", p1.ip)
+		reach(t, p1.testNode, "p1", "192.0.2.12", "192.0.2.11")
+		assert.Equal(t, brMAC, p1.neighMAC(p1eth0, "10.244.3.1"), "p1 resolves its gateway to the bridge's MAC (try %d)", i)
 	}
+	reach(t, p3.testNode, "p3", "192.0.2.11", p3.ip)
+	reach(t, p3.testNode, "p3", "192.0.2.12", "192.0.2.11")
 	reach(t, p3.testNode, "p3", "10.244.9.1", p3.ip)
 
 	// p1 is gone (its veth with it); node-1 tears the transition down, and
@@ -334,6 +381,7 @@ func testTransition(t *testing.T, backend string) {
 	assert.Error(t, err, "the transition veth is gone")
 	_, err = n1.nl.LinkByName(port)
 	assert.Error(t, err, "its peer too")
+	assert.Empty(t, n1.proxies(br), "the proxy entry is gone")
 	w2.Peers[0].OldPodCIDRs = nil
 	r, err = Audit(ctx, w2)
 	require.NoError(t, err)
@@ -352,8 +400,8 @@ func testTransition(t *testing.T, backend string) {
 }
 
 // TestDataplaneTransitionRepair: the transition is re-asserted when
-// something (flanneld's restart flushing FLANNEL-POSTRTG, a person) took
-// part of it away, and a foreign link with the transition's name is refused.
+// something (flanneld's restart flushing FLANNEL-POSTRTG, a person
+// flushing proxy entries) took part of it away, and a foreign link with the transition's name is refused.
 func TestDataplaneTransitionRepair(t *testing.T) {
 	ctx := context.Background()
 	n := newTestNode(t)
@@ -376,13 +424,17 @@ func TestDataplaneTransitionRepair(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Apply(ctx, w, plan, ApplyOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"10.244.3.1/24"}, n.addrsOf(link))
-
-	// The port taken off the bridge and the RETURN rules flushed, as a
-	// flanneld restart does (CreateIP4Chain clears FLANNEL-POSTRTG).
-	pl, err := n.nl.LinkByName(port)
+	assert.Equal(t, []string{"10.244.3.1"}, n.proxies(br))
+	_, err = n.nl.LinkByName(port)
 	require.NoError(t, err)
-	require.NoError(t, n.nl.LinkSetNoMaster(pl))
+
+	// The proxy entry gone (`ip neigh flush proxy`, a person) and the
+	// RETURN rules flushed, as a flanneld restart does (CreateIP4Chain
+	// clears FLANNEL-POSTRTG).
+	brl, err := n.nl.LinkByName(br)
+	require.NoError(t, err)
+	require.NoError(t, n.nl.NeighDel(&netlink.Neigh{LinkIndex: brl.Attrs().Index, Family: netlink.FAMILY_V4, Flags: netlink.NTF_PROXY, IP: net.ParseIP("10.244.3.1")}))
+	require.Empty(t, n.proxies(br))
 	n.ipt(func(ipt *iptables.IPTables) error { return ipt.ClearChain(tableNAT, ChainFlannelPostrouting) })
 	n.rules(flannelMasq("10.244.9.0/24", "10.244.0.0/16")...)
 	r, err = Audit(ctx, w)
@@ -399,6 +451,7 @@ func TestDataplaneTransitionRepair(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"rule-stale rule nat FLANNEL-POSTRTG #1", "rule-stale rule nat FLANNEL-POSTRTG #2", "transition-active link " + link}, codes(r),
 		"only the deferred teardown is left")
+	assert.Equal(t, []string{"10.244.3.1"}, n.proxies(br), "the proxy entry is back")
 
 	// Another link with the transition's name is not nodenet's: refused.
 	m := newTestNode(t)

@@ -12,9 +12,9 @@ import (
 // TestTransitionLinks: the pair's names fit IFNAMSIZ whatever the bridge.
 func TestTransitionLinks(t *testing.T) {
 	l, p := TransitionLinks("cni0")
-	assert.Equal(t, []string{"cni0-old", "cni0-obr"}, []string{l, p})
+	assert.Equal(t, []string{"cni0-old", "cni0-olp"}, []string{l, p})
 	l, p = TransitionLinks("a-very-long-br0")
-	assert.Equal(t, []string{"a-very-long-old", "a-very-long-obr"}, []string{l, p})
+	assert.Equal(t, []string{"a-very-long-old", "a-very-long-olp"}, []string{l, p})
 	assert.True(t, validIfName(l) && validIfName(p))
 }
 
