@@ -4,7 +4,8 @@
 #   make e2e    - the e2e module: builds kube-apiserver, kube-controller-manager, kube-scheduler,
 #                 kube-proxy, etcd, kwok, flanneld and the CNI plugins from Go modules into
 #                 e2e/.cache the first time, then runs the scenarios (the data plane as root, in
-#                 network namespaces the tests make and remove)
+#                 network namespaces the tests make and remove) on Kubernetes 1.36.3, and the
+#                 ServiceCIDR and node-rewrite scenarios on 1.33.13 and 1.30.14 as well
 #   make fuzz   - a short fuzzing pass over every parser
 #   make bench  - benchmarks (not part of CI)
 #   make mutate - mutation testing (gremlins) of every library package; writes the table in TESTING.md (slow, not in make test)
@@ -40,9 +41,27 @@ unit:
 # CIDRSHIFT_REQUIRE_DATAPLANE=1: a data-plane test that cannot run (not root, no network
 # namespaces) fails instead of skipping. -p 1: one test package at a time; the data plane and
 # the 300-node scenarios together starve kwok's heartbeats on two cores.
+#
+# The version matrix (issue 19): after the whole suite on the default release (K8S_VERSION,
+# else the harness's 1.36.3), the ServiceCIDR and node-rewrite scenarios (E2E_MATRIX_TESTS,
+# package e2e only) run again on each release of E2E_K8S_MATRIX, one go test per release with
+# K8S_VERSION set. Every release is built before the first test, so no test timeout includes
+# a build. Every release runs even when an earlier run failed; make fails if any did.
+# E2E_K8S_MATRIX= skips the matrix.
+E2E_K8S_MATRIX ?= 1.33.13 1.30.14
+E2E_MATRIX_TESTS ?= ^(TestServiceCIDR|TestRunbookServiceCIDR|TestAdversarialServiceCIDR|TestAdversarialMigrateServiceCIDR|TestNodeCIDR)
+comma := ,
+empty :=
+space := $(empty) $(empty)
+
 e2e:
 	cd e2e && $(GO) vet ./... && $(GO) run ./cmd/e2e-build -dataplane && \
-	  CIDRSHIFT_REQUIRE_DATAPLANE=1 $(GO) test -p 1 -count=1 -timeout 45m ./...
+	  $(if $(strip $(E2E_K8S_MATRIX)),$(GO) run ./cmd/e2e-build -k8s-version $(subst $(space),$(comma),$(strip $(E2E_K8S_MATRIX))) &&) \
+	  { rc=0; CIDRSHIFT_REQUIRE_DATAPLANE=1 $(GO) test -p 1 -count=1 -timeout 45m ./... || rc=1; \
+	    for v in $(E2E_K8S_MATRIX); do \
+	      echo "== e2e matrix: Kubernetes $$v, -run '$(E2E_MATRIX_TESTS)'"; \
+	      K8S_VERSION=$$v $(GO) test -count=1 -timeout 30m -run '$(E2E_MATRIX_TESTS)' . || rc=1; \
+	    done; exit $$rc; }
 
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \

@@ -48,7 +48,8 @@ func advSCFixture(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
 }
 
 func TestAdversarialServiceCIDR(t *testing.T) {
-	c := harness.Start(t, harness.Options{ServiceCIDR: advSCRange})
+	opts, _ := scWithServiceCIDRAPI(harness.Options{ServiceCIDR: advSCRange})
+	c := harness.Start(t, opts)
 	ctx := t.Context()
 	cs, err := c.Client()
 	require.NoError(t, err)
@@ -149,7 +150,8 @@ func TestAdversarialServiceCIDR(t *testing.T) {
 }
 
 func TestAdversarialMigrateServiceCIDR(t *testing.T) {
-	c := harness.Start(t, harness.Options{ServiceCIDR: advSCRange})
+	opts, _ := scWithServiceCIDRAPI(harness.Options{ServiceCIDR: advSCRange})
+	c := harness.Start(t, opts)
 	ctx := t.Context()
 	cs, err := c.Client()
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -81,28 +82,44 @@ func scMinor(version string) int {
 }
 
 // scClusterOptions starts kube-apiserver and kube-controller-manager with
-// --service-cluster-ip-range=100.64.0.0/13, and on 1.29-1.32 (where the
-// ServiceCIDR API is off by default) with what enables it.
+// --service-cluster-ip-range=100.64.0.0/13 and what the release needs to
+// serve the ServiceCIDR API (scWithServiceCIDRAPI).
 func scClusterOptions() (harness.Options, int) {
-	minor := scMinor(harness.K8sVersionFromEnv())
-	opts := harness.Options{
+	return scWithServiceCIDRAPI(harness.Options{
 		ServiceCIDR: scOldRange.String(),
 		// No pods in these tests: no scheduler, no kwok.
 		Disable: []harness.Component{harness.Scheduler, harness.Kwok},
-	}
-	gate := "--feature-gates=MultiCIDRServiceAllocator=true"
+	})
+}
+
+// scWithServiceCIDRAPI returns opts for the release K8S_VERSION names, and
+// its 1.x minor. 1.33 and later serve networking.k8s.io/v1 ServiceCIDR by
+// default (MultiCIDRServiceAllocator is GA and on), so opts is unchanged. On
+// 1.29-1.32 the API is off by default: both components get
+// --feature-gates=MultiCIDRServiceAllocator=true (kube-controller-manager
+// runs the service-cidr-controller behind it) and kube-apiserver the
+// runtime-config of the version that release serves, v1alpha1 up to 1.30,
+// v1beta1 on 1.31 and 1.32. Flags already in opts.ExtraFlags are kept
+// (flags added here come after them and replace those of the same name).
+func scWithServiceCIDRAPI(opts harness.Options) (harness.Options, int) {
+	minor := scMinor(harness.K8sVersionFromEnv())
+	var group string
 	switch {
 	case minor >= 29 && minor <= 30:
-		opts.ExtraFlags = map[harness.Component][]string{
-			harness.APIServer:         {gate, "--runtime-config=networking.k8s.io/v1alpha1=true"},
-			harness.ControllerManager: {gate},
-		}
+		group = "networking.k8s.io/v1alpha1"
 	case minor >= 31 && minor <= 32:
-		opts.ExtraFlags = map[harness.Component][]string{
-			harness.APIServer:         {gate, "--runtime-config=networking.k8s.io/v1beta1=true"},
-			harness.ControllerManager: {gate},
-		}
+		group = "networking.k8s.io/v1beta1"
+	default:
+		return opts, minor
 	}
+	gate := "--feature-gates=MultiCIDRServiceAllocator=true"
+	extra := maps.Clone(opts.ExtraFlags)
+	if extra == nil {
+		extra = map[harness.Component][]string{}
+	}
+	extra[harness.APIServer] = append(slices.Clone(extra[harness.APIServer]), gate, "--runtime-config="+group+"=true")
+	extra[harness.ControllerManager] = append(slices.Clone(extra[harness.ControllerManager]), gate)
+	opts.ExtraFlags = extra
 	return opts, minor
 }
 
@@ -112,10 +129,17 @@ func scClusterOptions() (harness.Options, int) {
 // dual-write on, the legacy allocator keeps the old range in etcd and refuses
 // every address of the new one, even default/kubernetes's.
 func scAPIServerNewRange(minor int) []string {
+	return scAPIServerRangeFlags(minor, scNewRangeFlag)
+}
+
+// scAPIServerRangeFlags is rangeFlag, plus the 1.33 gate scAPIServerNewRange
+// explains. The gate does not exist in 1.30 (alpha from 1.31) and is on by
+// default from 1.34.
+func scAPIServerRangeFlags(minor int, rangeFlag string) []string {
 	if minor == 33 {
-		return []string{scNewRangeFlag, "--feature-gates=DisableAllocatorDualWrite=true"}
+		return []string{rangeFlag, "--feature-gates=DisableAllocatorDualWrite=true"}
 	}
-	return []string{scNewRangeFlag}
+	return []string{rangeFlag}
 }
 
 func scWantAPIVersion(minor int) servicecidr.APIVersion {
@@ -330,6 +354,17 @@ func scComparable(s *corev1.Service) *corev1.Service {
 // other field kept.
 func scCheckMoved(t *testing.T, saved, live *corev1.Service, wantIPs []netip.Addr) {
 	t.Helper()
+	scCheckMovedInto(t, saved, live, wantIPs, []netip.Prefix{scNewRange})
+}
+
+// scCheckMovedInto is scCheckMoved for new ranges to (one per family):
+// every address lies in the range of its family.
+func scCheckMovedInto(t *testing.T, saved, live *corev1.Service, wantIPs []netip.Addr, to []netip.Prefix) {
+	t.Helper()
+	if saved == nil {
+		t.Errorf("a Service in the plan was not in the fixture")
+		return
+	}
 	key := scKey(saved)
 	if live == nil {
 		t.Errorf("Service %s is missing after the move", key)
@@ -339,7 +374,7 @@ func scCheckMoved(t *testing.T, saved, live *corev1.Service, wantIPs []netip.Add
 	got := servicecidr.ClusterIPs(live)
 	assert.Equal(t, wantIPs, got, "Service %s clusterIPs", key)
 	for _, ip := range got {
-		assert.True(t, scNewRange.Contains(ip), "Service %s has %s outside %s", key, ip, scNewRange)
+		assert.True(t, slices.ContainsFunc(to, func(p netip.Prefix) bool { return p.Contains(ip) }), "Service %s has %s outside %v", key, ip, to)
 	}
 	assert.Equal(t, scComparable(saved), scComparable(live), "Service %s: every field but clusterIP/clusterIPs must survive the move", key)
 }
