@@ -467,7 +467,10 @@ func TestNodeCIDRSecondStoryDoctorAndFix(t *testing.T) {
 		switch {
 		case pname == "canary":
 		case p.Labels["app"] == "cycle" && slices.Contains(fixed, p.Spec.NodeName):
-			assert.False(t, ok && now.UID == p.UID, "hook should have deleted %s on moved node %s", pname, p.Spec.NodeName)
+			// The hook's part is the delete; finishing it is the kubelet's
+			// (kwok's, which lags under load): a pod still terminating was
+			// deleted.
+			assert.False(t, ok && now.UID == p.UID && now.DeletionTimestamp == nil, "hook should have deleted %s on moved node %s", pname, p.Spec.NodeName)
 		case !ok || now.UID != p.UID:
 			lost++
 			t.Errorf("pod %s on node %s was lost (present %t)", pname, p.Spec.NodeName, ok)
