@@ -385,18 +385,25 @@ func TestPlanPutConfig(t *testing.T) {
 }
 
 // A move transaction is atomic: if the write fails, neither key changes.
-func TestApplyStopsBeforeWrite(t *testing.T) {
-	ctx := context.Background()
+// oneMove is a registry with one host-gw lease and the plan that moves it.
+func oneMove(t *testing.T) (*MemKV, *Registry, *Plan) {
+	t.Helper()
 	m, _, reg := newTestRegistry(t)
 	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
 	require.NoError(t, err)
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
-	snap, err := reg.Snapshot(ctx)
+	snap, err := reg.Snapshot(context.Background())
 	require.NoError(t, err)
 	mv, err := PlanMove(snap, []MoveRequest{{Key: "172.7.1.0-24"}})
 	require.NoError(t, err)
+	return m, reg, mv
+}
+
+func TestApplyStopsBeforeWrite(t *testing.T) {
+	ctx := context.Background()
+	m, reg, mv := oneMove(t)
 	rev := m.Revision()
-	_, err = reg.Apply(ctx, mv, ApplyOptions{BeforeWrite: func(context.Context, int, Step) error { return errStoreDown }})
+	_, err := reg.Apply(ctx, mv, ApplyOptions{BeforeWrite: func(context.Context, int, Step) error { return errStoreDown }})
 	assert.ErrorIs(t, err, errStoreDown)
 	assert.Equal(t, rev, m.Revision(), "nothing written")
 	fk := &faultKV{KV: m, down: true}
@@ -454,17 +461,10 @@ func TestApplyJournal(t *testing.T) {
 // A lock lost before the write stops Apply with nothing written.
 func TestApplyStopsWhenTheLockIsLost(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
-	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
-	snap, err := reg.Snapshot(ctx)
-	require.NoError(t, err)
-	mv, err := PlanMove(snap, []MoveRequest{{Key: "172.7.1.0-24"}})
-	require.NoError(t, err)
+	m, reg, mv := oneMove(t)
 	rev := m.Revision()
 	lock := &kubetest.Lock{ChecksLeft: 0}
-	_, err = reg.Apply(ctx, mv, ApplyOptions{Lock: lock})
+	_, err := reg.Apply(ctx, mv, ApplyOptions{Lock: lock})
 	require.ErrorIs(t, err, kubetest.ErrLockLost)
 	assert.ErrorContains(t, err, "not writing: the run no longer holds its lock")
 	assert.Equal(t, rev, m.Revision(), "nothing written")

@@ -269,11 +269,7 @@ type ClusterJournal struct {
 }
 
 func (c ClusterJournal) options(client kubernetes.Interface) journal.ClusterOptions {
-	name := c.Name
-	if name == "" {
-		name = LockScope
-	}
-	return journal.ClusterOptions{Client: client, Namespace: c.Namespace, Scope: name, Holder: lease.Identity()}
+	return *journal.ClusterIn(client, c.Namespace, c.Name, LockScope, lease.Identity())
 }
 
 // GapSummary is the distribution of the delete→create gaps of a run.

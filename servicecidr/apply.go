@@ -163,11 +163,7 @@ func (c *ClusterJournal) options(client kubernetes.Interface) *journal.ClusterOp
 	if c == nil {
 		return nil
 	}
-	name := c.Name
-	if name == "" {
-		name = LockScope
-	}
-	return &journal.ClusterOptions{Client: client, Namespace: c.Namespace, Scope: name, Holder: lease.Identity()}
+	return journal.ClusterIn(client, c.Namespace, c.Name, LockScope, lease.Identity())
 }
 
 // Result is what Apply did.

@@ -801,3 +801,13 @@ func ClusterChecks(namespace string) []access.Check {
 	}
 	return out
 }
+
+// ClusterIn is the ClusterOptions of a package's cluster journal: in
+// namespace (empty: kube-system), scope name or, when empty, defaultScope
+// (the package's Lease scope), held by holder (user@host/pid).
+func ClusterIn(client kubernetes.Interface, namespace, name, defaultScope, holder string) *ClusterOptions {
+	if name == "" {
+		name = defaultScope
+	}
+	return &ClusterOptions{Client: client, Namespace: namespace, Scope: name, Holder: holder}
+}
