@@ -84,8 +84,19 @@ bench:
 # lived, not covered, efficacy. MUTATE_PKGS picks a subset (the others are
 # listed as not measured); MUTATE_WORKERS limits the parallel test runs.
 # Logs stay in the directory it prints.
+# nodenet's data-plane tests make real network namespaces: run as root.
+# CIDRSHIFT_REQUIRE_DATAPLANE=1 makes one that cannot run fail, so gremlins'
+# coverage run fails (the row says "gremlins failed") instead of the
+# namespace code silently counting as not covered. A mutant of nodenet can
+# act on the caller's network namespace instead of the test's (negate
+# `w.NetNS != ""` or `!h.ns.IsOpen()` in host_linux.go and the routes,
+# addresses and iptables rules go to the host), so gremlins runs nodenet
+# under `unshare --net`: the caller's namespace is then a throwaway one, and
+# the tests' check that it gained no address sees no other process (but
+# gremlins' other workers: MUTATE_WORKERS=1 keeps one mutant from failing
+# another's run).
 GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATE_ALL := internal/journal cidr kubeadmcfg flannel calico servicecidr nodecidr
+MUTATE_ALL := internal/journal cidr kubeadmcfg flannel calico servicecidr nodecidr nodenet migrate
 MUTATE_PKGS ?= $(MUTATE_ALL)
 MUTATE_WORKERS ?=
 # gremlins times a mutant out at the coverage run's time times this; each
@@ -104,8 +115,9 @@ mutate:
 	  case " $(MUTATE_PKGS) " in *" $$p "*) ;; \
 	    *) printf '| %s | | | | | not measured (not in MUTATE_PKGS) |\n' "$$p" >> $$rows; continue;; esac; \
 	  log=$$out/$$(echo $$p | tr / _).log; start=$$(date +%s); \
-	  echo "== gremlins unleash $(MUTATE_FLAGS) ./$$p"; \
-	  if GOFLAGS=-count=1 $$out/gremlins unleash $(MUTATE_FLAGS) ./$$p > $$log 2>&1; then \
+	  iso=; if [ "$$p" = nodenet ]; then iso="unshare --net --"; fi; \
+	  echo "== $$iso gremlins unleash $(MUTATE_FLAGS) ./$$p"; \
+	  if CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $$out/gremlins unleash $(MUTATE_FLAGS) ./$$p > $$log 2>&1; then \
 	    set -- $$(sed -n 's/^Killed: \([0-9]*\), Lived: \([0-9]*\), Not covered: \([0-9]*\).*/\1 \2 \3/p' $$log) x x x; \
 	    eff=$$(sed -n 's/^Test efficacy: \(.*\)$$/\1/p' $$log); \
 	    printf '| %s | %s | %s | %s | %s | %ss |\n' "$$p" "$$1" "$$2" "$$3" "$$eff" "$$(( $$(date +%s) - start ))" >> $$rows; \
@@ -118,7 +130,7 @@ mutate:
 	{ echo '<!-- mutate:begin: written by make mutate; edits here are lost -->'; \
 	  echo; \
 	  echo "Measured $$(date -u +%Y-%m-%d\ %H:%M) UTC with \`make mutate MUTATE_PKGS=\"$(MUTATE_PKGS)\" MUTATE_WORKERS=$(MUTATE_WORKERS)\`:"; \
-	  echo "\`GOFLAGS=-count=1 gremlins unleash $(MUTATE_FLAGS) ./<package>\` ($(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs)."; \
+	  echo "\`CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 gremlins unleash $(MUTATE_FLAGS) ./<package>\` (nodenet under \`unshare --net\`; $(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs)."; \
 	  echo; \
 	  echo '| package | killed | lived | not covered | efficacy | time |'; \
 	  echo '|---|---:|---:|---:|---:|---|'; \

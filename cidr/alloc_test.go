@@ -17,6 +17,18 @@ func mustAlloc(t testing.TB, parent string, bits int, order Order) *Allocator {
 	return a
 }
 
+// allocateN allocates n subnets from a and returns them in order.
+func allocateN(t *testing.T, a *Allocator, n int) []string {
+	t.Helper()
+	var got []string
+	for i := 0; i < n; i++ {
+		p, err := a.AllocateNext()
+		require.NoError(t, err)
+		got = append(got, p.String())
+	}
+	return got
+}
+
 func TestAllocatorBasics(t *testing.T) {
 	a := mustAlloc(t, "10.10.0.0/22", 24, OrderLowestFree)
 	assert.Equal(t, "4", a.Free().String())
@@ -235,12 +247,7 @@ func TestAllocatorMultiplePoolsAndMasks(t *testing.T) {
 		{Parent: MustParse("10.20.0.0/16"), Bits: 20},
 	}, AllocatorOptions{})
 	require.NoError(t, err)
-	var got []string
-	for i := 0; i < 4; i++ {
-		p, err := a.AllocateNext()
-		require.NoError(t, err)
-		got = append(got, p.String())
-	}
+	got := allocateN(t, a, 4)
 	assert.Equal(t, []string{"10.10.0.0/24", "10.10.1.0/24", "10.20.0.0/20", "10.20.16.0/20"}, got)
 	assert.Equal(t, "14", a.Free().String())
 }
@@ -258,6 +265,7 @@ func TestNewAllocatorErrors(t *testing.T) {
 		{[]Pool{{Parent: MustParse("10.0.0.0/16"), Bits: 24}, {Parent: MustParse("fd00::/48"), Bits: 64}}, ErrFamily, "use one allocator per family"},
 		{[]Pool{{Parent: MustParse("10.0.0.0/16"), Bits: 24}, {Parent: MustParse("10.0.128.0/17"), Bits: 24}}, ErrOccupied, "overlaps"},
 		{[]Pool{{Parent: MustParse("::/0"), Bits: 64}}, ErrOutOfRange, "into 2^64 /64 subnets; the allocator handles at most 2^63"},
+		{[]Pool{{Parent: MustParse("fd00::/8"), Bits: 72}}, ErrOutOfRange, "cuts fd00::/8 into 2^64 /72 subnets"},
 	}
 	for _, tt := range tests {
 		_, err := NewAllocator(tt.pools, AllocatorOptions{})
@@ -348,4 +356,100 @@ func testIndexSet(t *testing.T, s indexSet, space uint64) {
 			prevHi = n.hi
 		})
 	}
+}
+
+// The widest and narrowest pools NewAllocator documents are accepted: one
+// subnet that is the whole parent, single addresses, and 2^MaxSubnetBits
+// subnets (held in memory that follows what is allocated).
+func TestNewAllocatorAcceptsTheEdgesOfItsRange(t *testing.T) {
+	a := mustAlloc(t, "10.0.0.0/24", 24, OrderLowestFree)
+	p, err := a.AllocateNext()
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.0/24", p.String())
+	_, err = a.AllocateNext()
+	assert.ErrorIs(t, err, ErrFull)
+
+	a = mustAlloc(t, "10.0.0.0/30", 32, OrderLowestFree)
+	assert.Equal(t, "4", a.Free().String())
+	p, err = a.AllocateNext()
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.0/32", p.String())
+
+	a = mustAlloc(t, "::/0", MaxSubnetBits, OrderControllerManager)
+	assert.Equal(t, "9223372036854775808", a.Free().String())
+	p, err = a.AllocateNext()
+	require.NoError(t, err)
+	assert.Equal(t, "::/63", p.String())
+}
+
+// IPv6 subnet offsets cross the 64-bit halves of the address: a subnet index
+// shifted into the upper half (subnets of /64 or wider), or carried across it
+// (subnets narrower than /64 whose parent is wider than /64).
+func TestAllocatorIPv6SubnetsAcrossThe64BitHalves(t *testing.T) {
+	a := mustAlloc(t, "2001:db8::/63", 65, OrderLowestFree)
+	got := allocateN(t, a, 4)
+	assert.Equal(t, []string{"2001:db8::/65", "2001:db8:0:0:8000::/65", "2001:db8:0:1::/65", "2001:db8:0:1:8000::/65"}, got)
+
+	// Occupying an index whose offset lies in the upper half marks that index.
+	a = mustAlloc(t, "2001:db8::/63", 65, OrderLowestFree)
+	upper := MustParse("2001:db8:0:1:8000::/65")
+	require.NoError(t, a.Allocate(upper, "n"))
+	assert.True(t, a.Has(upper))
+	assert.False(t, a.Has(MustParse("2001:db8::/65")))
+	got = allocateN(t, a, 3)
+	assert.Equal(t, []string{"2001:db8::/65", "2001:db8:0:0:8000::/65", "2001:db8:0:1::/65"}, got)
+	_, err := a.AllocateNext()
+	assert.ErrorIs(t, err, ErrFull)
+
+	a = mustAlloc(t, "2001:db8::/46", 48, OrderLowestFree)
+	got = allocateN(t, a, 4)
+	assert.Equal(t, []string{"2001:db8::/48", "2001:db8:1::/48", "2001:db8:2::/48", "2001:db8:3::/48"}, got)
+}
+
+// A pool of up to denseLimit subnets is a bitmap of exactly the words it
+// needs (2^16 subnets: 8 KiB, as kube-controller-manager's); a larger one is
+// a run set, whose memory follows what is held.
+func TestIndexSetMemoryFollowsThePoolSize(t *testing.T) {
+	for _, tc := range []struct {
+		size  uint64
+		words int
+	}{{1, 1}, {64, 1}, {65, 2}, {100, 2}, {denseLimit, denseLimit / 64}} {
+		s, ok := newIndexSet(tc.size).(*bitset)
+		require.True(t, ok, "size %d", tc.size)
+		assert.Len(t, s.words, tc.words, "size %d", tc.size)
+	}
+	_, ok := newIndexSet(denseLimit + 1).(*runSet)
+	assert.True(t, ok)
+}
+
+// A bitmap holds indices [0, 64*len(words)): indices past them are absent and
+// an add reaching past them adds only what fits.
+func TestBitsetIgnoresIndicesPastItsWords(t *testing.T) {
+	s := &bitset{words: make([]uint64, 1)}
+	assert.Equal(t, uint64(4), s.add(60, 200))
+	assert.True(t, s.has(63))
+	assert.False(t, s.has(64))
+	assert.False(t, s.has(1000))
+	assert.Equal(t, uint64(64), s.nextAbsent(60))
+	assert.Equal(t, 1, s.runs())
+}
+
+// The run set stays a balanced treap when runs arrive in order (a cluster
+// allocated node by node, with gaps): every operation is O(log runs).
+func TestRunSetStaysBalancedForRunsAddedInOrder(t *testing.T) {
+	s := newRunSet()
+	const n = 4096
+	for i := uint64(0); i < n; i++ {
+		require.Equal(t, uint64(1), s.add(2*i, 2*i))
+	}
+	require.Equal(t, n, s.runs())
+	var depth func(int32) int
+	depth = func(x int32) int {
+		if x == nilNode {
+			return 0
+		}
+		return 1 + max(depth(s.nodes[x].left), depth(s.nodes[x].right))
+	}
+	// log2(4096) = 12; a treap's expected depth is about 2.5 times that.
+	assert.Less(t, depth(s.root), 60)
 }

@@ -160,3 +160,38 @@ func TestNthAddr(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "::8000:0:0:0", a.String())
 }
+
+// A cluster CIDR exactly as wide as the node mask is one node's subnet:
+// kube-controller-manager accepts it, and it holds one node.
+func TestPodCapacityClusterOfOneNodeSubnet(t *testing.T) {
+	c, err := ComputePodCapacity(NodeIPAM{ClusterCIDR: MustParse("10.0.0.0/24"), NodeMask: 24})
+	require.NoError(t, err)
+	assert.Equal(t, "1", c.MaxNodes.String())
+	assert.Equal(t, "110", c.MaxPodsTotal.String())
+}
+
+// The IPv6 rule names the longest node mask kube-controller-manager accepts
+// for the cluster CIDR.
+func TestPodCapacityIPv6RuleNamesTheLongestNodeMask(t *testing.T) {
+	_, err := ComputePodCapacity(NodeIPAM{ClusterCIDR: MustParse("fd00::/32"), NodeMask: 64})
+	assert.ErrorIs(t, err, ErrRule)
+	assert.ErrorContains(t, err, "at most 16 bits longer than the cluster CIDR fd00::/32 (at most /48)")
+}
+
+// The edges of kube-apiserver's Service range rules.
+func TestServiceCapacityRuleEdges(t *testing.T) {
+	// A /31 has two addresses and none usable: no kubernetes Service IP.
+	sc, err := ComputeServiceCapacity(MustParse("10.0.0.0/31"), ServiceRangeOptions{})
+	assert.ErrorIs(t, err, ErrRule)
+	assert.ErrorContains(t, err, "no usable address for the kubernetes Service")
+	assert.False(t, sc.KubernetesIP.IsValid())
+
+	// 1.33 still refuses a flag range of more than 20 host bits.
+	_, err = ComputeServiceCapacity(MustParse("100.64.0.0/11"), ServiceRangeOptions{KubernetesMinor: 33})
+	assert.ErrorIs(t, err, ErrRule)
+	assert.ErrorContains(t, err, "is too large")
+
+	// An IPv6 /64 object is allocated from.
+	_, err = ComputeServiceCapacity(MustParse("fd00::/64"), ServiceRangeOptions{Object: true})
+	assert.NoError(t, err)
+}

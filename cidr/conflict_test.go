@@ -117,3 +117,13 @@ func TestAnalyzeManyNodesIsLinear(t *testing.T) {
 	assert.Equal(t, "n7", got[0].Outer.Name)
 	assert.Equal(t, "dup", got[0].Inner.Name)
 }
+
+// A cluster range that contains a special-purpose range (100.0.0.0/8 holds
+// CGNAT's 100.64.0.0/10) is warned about, as one inside it is.
+func TestAnalyzeWarnsWhenARangeContainsASpecialPurposeRange(t *testing.T) {
+	got := Analyze([]Range{r("c", KindClusterCIDR, "100.0.0.0/8")}, AnalyzeOptions{WellKnown: true})
+	require.Len(t, got, 1)
+	assert.Equal(t, "c", got[0].Outer.Name)
+	assert.Equal(t, "100.64.0.0/10", got[0].Inner.Prefix.String())
+	assert.Equal(t, SeverityWarning, got[0].Severity)
+}

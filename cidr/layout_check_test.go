@@ -37,3 +37,18 @@ func TestCheckLayout(t *testing.T) {
 	assert.Equal(t, 1, c.Problems(), "others are checked too")
 	assert.NotEmpty(t, CheckLayout(ControllerManagerFlags{ClusterCIDR: "127.0.0.0/16"}).Overlaps)
 }
+
+// Layouts with more Service CIDRs than cluster CIDRs, or with more further
+// ranges than both, are checked in full.
+func TestCheckLayoutWithManyServiceOrOtherRanges(t *testing.T) {
+	c := CheckLayout(ControllerManagerFlags{ClusterCIDR: "10.20.0.0/16", ServiceClusterIPRange: "10.20.0.0/24,fd00::/108"})
+	assert.False(t, c.Refused)
+	assert.Equal(t, 1, c.Problems(), "the Service CIDR inside the cluster CIDR")
+
+	node := func(p string) Range {
+		return Range{Name: "--node-network", Kind: KindNodeNetwork, Prefix: MustParse(p)}
+	}
+	c = CheckLayout(ControllerManagerFlags{ClusterCIDR: "10.20.0.0/16"}, node("192.168.0.0/24"), node("192.168.1.0/24"), node("10.20.5.0/24"))
+	assert.False(t, c.Refused)
+	assert.Equal(t, 1, c.Problems(), "the third node network inside the cluster CIDR")
+}

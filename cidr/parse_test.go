@@ -131,3 +131,19 @@ func TestFamilyText(t *testing.T) {
 	assert.Equal(t, IPv6, f)
 	assert.ErrorContains(t, f.UnmarshalText([]byte("ipx")), `"ipx" is not IPv4 or IPv6`)
 }
+
+// The lenient parser reads every decimal digit and every octet value up to
+// 255 in zero-padded IPv4, as ParseIPSloppy does.
+func TestParseLenientZeroPaddedDigitsAndOctets(t *testing.T) {
+	p, _, err := ParseLenient("010.009.255.000/24")
+	require.NoError(t, err)
+	assert.Equal(t, "10.9.255.0/24", p.String())
+}
+
+// A CIDR with nothing before the slash names the missing address, not a
+// missing prefix length.
+func TestParseEmptyAddressBeforeTheSlash(t *testing.T) {
+	_, err := Parse("/24")
+	assert.ErrorIs(t, err, ErrSyntax)
+	assert.ErrorContains(t, err, `"" is not an IP address`)
+}

@@ -91,3 +91,10 @@ func TestControllerManagerFlagsArgs(t *testing.T) {
 	f := ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.20.0.0/16", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "10.96.0.0/12"}
 	assert.Equal(t, []string{"--allocate-node-cidrs=true", "--cluster-cidr=10.20.0.0/16", "--node-cidr-mask-size=24", "--service-cluster-ip-range=10.96.0.0/12"}, f.Args())
 }
+
+// A node mask of the full address length (one address per node) is in range.
+func TestPreflightAcceptsAFullLengthNodeMask(t *testing.T) {
+	res := ControllerManagerPreflight(ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.0.0.0/24", NodeCIDRMaskSize: 32}, nil)
+	assert.Empty(t, res.FlagErrors)
+	assert.True(t, res.WouldStart)
+}

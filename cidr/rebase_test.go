@@ -56,3 +56,10 @@ func TestRebaseAddr(t *testing.T) {
 	_, err = RebaseAddr(netip.MustParseAddr("10.0.0.1"), MustParse("10.0.0.0/8"), netip.Prefix{})
 	assert.ErrorContains(t, err, "to: empty CIDR")
 }
+
+// A subnet exactly as wide as the new range rebases onto all of it.
+func TestRebaseSubnetAsWideAsTheNewRange(t *testing.T) {
+	got, err := Rebase(MustParse("10.10.0.0/16"), MustParse("10.10.0.0/16"), MustParse("10.20.0.0/16"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.20.0.0/16", got.String())
+}

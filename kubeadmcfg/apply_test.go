@@ -2,6 +2,7 @@ package kubeadmcfg
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -113,23 +114,34 @@ func TestApplyRefusesStalePlan(t *testing.T) {
 }
 
 // A write that races ours between our read and our update is caught by the
-// API server's resourceVersion check (enforced by the fake's reactor).
+// API server's resourceVersion check (enforced by the fake's reactor). A plan
+// made from a ConfigMap without a resourceVersion (a saved file) is guarded
+// the same way: the update carries the resourceVersion Apply read.
 func TestApplyConcurrentEditConflicts(t *testing.T) {
-	ctx := context.Background()
-	f, s := liveStoryOne(t)
-	p := bothChanges(t, s)
-	f.beforeUpdate = func() {
-		cm, err := f.Tracker().Get(configMapsGVR, Namespace, KubeadmConfigMap)
-		require.NoError(t, err)
-		c := cm.(*corev1.ConfigMap).DeepCopy()
-		c.ResourceVersion = "150"
-		require.NoError(t, f.Tracker().Update(configMapsGVR, c, Namespace))
+	for _, planned := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resourceVersion in the plan=%t", planned), func(t *testing.T) {
+			ctx := context.Background()
+			f, s := liveStoryOne(t)
+			p := bothChanges(t, s)
+			if !planned {
+				for i := range p.ConfigMapEdits {
+					p.ConfigMapEdits[i].Ref.ResourceVersion, p.ConfigMapEdits[i].Ref.UID = "", ""
+				}
+			}
+			f.beforeUpdate = func() {
+				cm, err := f.Tracker().Get(configMapsGVR, Namespace, KubeadmConfigMap)
+				require.NoError(t, err)
+				c := cm.(*corev1.ConfigMap).DeepCopy()
+				c.ResourceVersion = "150"
+				require.NoError(t, f.Tracker().Update(configMapsGVR, c, Namespace))
+			}
+			_, err := Apply(ctx, f, p, ApplyOptions{Edits: []string{EditKubeadmConfig}})
+			require.ErrorIs(t, err, ErrStalePlan)
+			assert.Contains(t, err.Error(), "changed by someone else")
+			assert.Equal(t, 0, f.updates)
+			assert.Equal(t, p.ConfigMapEdits[0].Before, getCM(t, f, KubeadmConfigMap).Data[KubeadmConfigKey])
+		})
 	}
-	_, err := Apply(ctx, f, p, ApplyOptions{Edits: []string{EditKubeadmConfig}})
-	require.ErrorIs(t, err, ErrStalePlan)
-	assert.Contains(t, err.Error(), "changed by someone else")
-	assert.Equal(t, 0, f.updates)
-	assert.Equal(t, p.ConfigMapEdits[0].Before, getCM(t, f, KubeadmConfigMap).Data[KubeadmConfigKey])
 }
 
 func TestApplyDryRun(t *testing.T) {
@@ -172,7 +184,7 @@ func TestApplyChecksAccessFirst(t *testing.T) {
 	f.deny["update/"+KubeletConfigMap] = true
 	_, err := Apply(ctx, f, p, ApplyOptions{})
 	require.ErrorIs(t, err, ErrForbidden)
-	assert.Contains(t, err.Error(), "cannot update ConfigMap kube-system/kubelet-config")
+	assert.Contains(t, err.Error(), "cannot update ConfigMap kube-system/kubelet-config (RBAC: access denied); nothing was changed")
 	assert.Equal(t, 0, f.updates, "refused before the first write")
 
 	_, err = Apply(ctx, f, p, ApplyOptions{SkipAccessCheck: true})

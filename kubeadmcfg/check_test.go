@@ -148,6 +148,36 @@ func TestCheck(t *testing.T) {
 			codes: []Code{},
 		},
 		{
+			name: "DNS domain moved in kubeadm and the kubelet alike",
+			mod: func(t *testing.T, s *Snapshot) {
+				require.NoError(t, s.Kubeadm.SetDNSDomain("corp.example"))
+				require.NoError(t, s.Kubelet.SetClusterDomain("corp.example"))
+			},
+			codes: []Code{},
+		},
+		{
+			name: "two Calico pools overlap",
+			mod: func(_ *testing.T, s *Snapshot) {
+				s.Pools = append(s.Pools, PodPool{Name: "extra-ippool", Kind: cidr.KindCalicoPool, CIDR: "10.244.128.0/17"})
+			},
+			codes: []Code{CodeOverlap},
+			where: []string{"extra-ippool"},
+		},
+		{
+			name: "a pod range containing a special-purpose range",
+			mod: func(_ *testing.T, s *Snapshot) {
+				s.Pools = append(s.Pools, PodPool{Name: "wide-ippool", Kind: cidr.KindCalicoPool, CIDR: "100.0.0.0/8"})
+			},
+			codes: []Code{CodePoolOutsideClusterCIDR, CodePoolOutsideKubeProxy, CodeOverlap},
+			where: []string{"wide-ippool", "shared address space / CGNAT"},
+		},
+		{
+			name:  "a dual-stack node in a single-stack cluster",
+			mod:   func(_ *testing.T, s *Snapshot) { s.Nodes[1].PodCIDRs = []string{"10.244.1.0/24", "fd00:10:244:1::/64"} },
+			codes: []Code{CodeNodeCrash},
+			where: []string{"Node w1 spec.podCIDRs[1]"},
+		},
+		{
 			name:  "DNS domain",
 			mod:   func(t *testing.T, s *Snapshot) { require.NoError(t, s.Kubelet.SetClusterDomain("corp.example")) },
 			codes: []Code{CodeDNSDomainMismatch},

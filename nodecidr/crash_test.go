@@ -28,7 +28,9 @@ var errDead = fmt.Errorf("dial tcp 127.0.0.1:6443: connect: %w", syscall.ECONNRE
 // crasher kills the simulated process at the at-th API call: either before
 // the server sees it, or after the server applied it but before the client
 // got the answer. At that instant it copies the journal directory, which is
-// what a SIGKILL would leave on disk, and cancels the run's context.
+// what a SIGKILL would leave on disk, and cancels the run's context. The
+// reactor runs on an Apply worker: it records a failed copy in copyErr for the
+// test goroutine to check, never calls require.
 type crasher struct {
 	mu       sync.Mutex
 	server   *nodecidrtest.Server
@@ -38,10 +40,12 @@ type crasher struct {
 	dead     bool
 	journal  string
 	snapshot string
+	copyErr  error
 	cancel   context.CancelFunc
 }
 
 func (c *crasher) install(t *testing.T, cs *fake.Clientset) {
+	snapDir := t.TempDir()
 	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -56,26 +60,32 @@ func (c *crasher) install(t *testing.T, cs *fake.Clientset) {
 			// Node and pod calls take effect; access reviews have no effect to apply.
 			_, _, _ = c.server.Handle(a)
 		}
-		c.snapshot = copyJournal(t, c.journal)
+		c.snapshot, c.copyErr = snapDir, copyJournal(snapDir, c.journal)
 		c.dead = true
 		c.cancel()
 		return true, nil, errDead
 	})
 }
 
-func copyJournal(t *testing.T, dir string) string {
-	snap := t.TempDir()
+// copyJournal copies the journal files of dir into snap.
+func copyJournal(snap, dir string) error {
 	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
+	if err != nil {
+		return err
+	}
 	for _, e := range entries {
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".") || e.Name() == "LOCK" {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(snap, e.Name()), data, 0o600))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(snap, e.Name()), data, 0o600); err != nil {
+			return err
+		}
 	}
-	return snap
+	return nil
 }
 
 func crashCluster(t *testing.T) ([]*corev1.Node, *fake.Clientset, *nodecidrtest.Server, *Plan) {
@@ -134,7 +144,7 @@ func TestCrashAtEveryCall(t *testing.T) {
 						cr.install(t, c)
 						_, err := Apply(ctx, c, p, crashOptions(c, dir, conc, full))
 						cr.mu.Lock()
-						snap, crashed := cr.snapshot, cr.dead
+						snap, crashed, copyErr := cr.snapshot, cr.dead, cr.copyErr
 						cr.dead = false
 						cr.at = -1
 						cr.mu.Unlock()
@@ -143,6 +153,7 @@ func TestCrashAtEveryCall(t *testing.T) {
 							t.Skip("the run made fewer calls")
 						}
 						require.Error(t, err)
+						require.NoError(t, copyErr, "copy the journal at the crash")
 
 						_, err = Apply(ctxT(t), c, p, crashOptions(c, snap, conc, full))
 						require.NoError(t, err, "resume")

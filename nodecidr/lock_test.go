@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,11 +191,13 @@ func must[T any](v T, ok bool) T {
 }
 
 // clusterRecords reads the node records of the cluster journal as they are
-// now, by node.
-func clusterRecords(t *testing.T, c *fake.Clientset) map[string]nodeRecord {
-	t.Helper()
+// now, by node. A reactor calls it on an Apply worker, so it returns its error
+// rather than calling require.
+func clusterRecords(c *fake.Clientset) (map[string]nodeRecord, error) {
 	list, err := c.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), "kube-system")
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]nodeRecord{}
 	for _, cm := range list.(*corev1.ConfigMapList).Items {
 		if cm.Labels[journal.LabelState] != journal.StateOpen {
@@ -205,11 +208,13 @@ func clusterRecords(t *testing.T, c *fake.Clientset) map[string]nodeRecord {
 				continue
 			}
 			var rec nodeRecord
-			require.NoError(t, json.Unmarshal([]byte(v), &rec))
+			if err := json.Unmarshal([]byte(v), &rec); err != nil {
+				return nil, fmt.Errorf("record %s: %w", k, err)
+			}
 			out[rec.Node] = rec
 		}
 	}
-	return out
+	return out, nil
 }
 
 // The journal is kept in the cluster too: every node's full backup is there
@@ -231,9 +236,14 @@ func TestApplyResumesFromTheClusterJournal(t *testing.T) {
 	var failures []string
 	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		name := a.(k8stesting.DeleteActionImpl).GetName()
-		rec, ok := clusterRecords(t, c)[name]
+		recs, err := clusterRecords(c)
 		mu.Lock()
 		defer mu.Unlock()
+		if err != nil {
+			failures = append(failures, "read the cluster journal before the delete of "+name+": "+err.Error())
+			return false, nil, nil
+		}
+		rec, ok := recs[name]
 		if !ok || rec.Phase != PhaseBackedUp || rec.Backup == nil || rec.Backup.Name != name || rec.Backup.Labels["team"] != "net" {
 			failures = append(failures, "no full backup of "+name+" in the cluster before its delete")
 		}

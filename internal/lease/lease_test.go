@@ -111,7 +111,11 @@ func TestLockHoldsRenewsAndReleases(t *testing.T) {
 	assert.Contains(t, l.Labels, LabelProcessNamespace)
 	first := l.Spec.RenewTime.Time
 
-	require.Eventually(t, func() bool { return getLease(t, c).Spec.RenewTime.After(first) }, 2*time.Second, 20*time.Millisecond, "renewed every fifth of the duration")
+	// Eventually runs the condition on its own goroutine: no require in it.
+	require.Eventually(t, func() bool {
+		l, err := c.CoordinationV1().Leases(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && l.Spec.RenewTime.After(first)
+	}, 2*time.Second, 20*time.Millisecond, "renewed every fifth of the duration")
 	time.Sleep(1200 * time.Millisecond) // longer than the duration: still held, because renewed
 	require.NoError(t, a.Check())
 
