@@ -211,3 +211,15 @@ func advAssertMessage(t *testing.T, stderr string, want []string, ctxt string) {
 		assert.Contains(t, last, w, "the last stderr line must name %q: %s", w, ctxt)
 	}
 }
+
+// TestMain removes the example programs advBuild built, once every test of
+// the package is done with them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if advBinDir != "" {
+		if err := os.RemoveAll(advBinDir); err != nil {
+			fmt.Fprintln(os.Stderr, "removing", advBinDir+":", err)
+		}
+	}
+	os.Exit(code)
+}
