@@ -43,11 +43,12 @@ func createAgentRBAC(t *testing.T, cs kubernetes.Interface) {
 	require.NoError(t, harness.CreateObjects(t.Context(), cs, rbac, false))
 }
 
-// hostDump logs what a node holds (read only): addresses, routes, nat rules.
+// hostDump logs what a node holds (read only): addresses, routes, links,
+// nat and filter rules.
 func hostDump(t *testing.T, n *Node, when string) {
 	t.Helper()
 	var b strings.Builder
-	for _, args := range [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"iptables-save", "-t", "nat"}} {
+	for _, args := range [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"ip", "-o", "link"}, {"iptables-save", "-t", "nat"}, {"iptables-save", "-t", "filter"}} {
 		out, err := n.Run(args[0], args[1:]...)
 		b.WriteString("$ " + strings.Join(args, " ") + "\n" + out)
 		if err != nil {
@@ -111,7 +112,7 @@ func TestSeed001AgentFixesHost(t *testing.T) {
 		require.NoError(t, registerPod(ctx, cs, p))
 	}
 	c1 := c.Pods()[0]
-	m := checkUntil(pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("b1", "c1") })
+	m := checkUntil(t, pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("b1", "c1") })
 	t.Logf("before the fix:\n%s", m)
 	require.True(t, m.BrokenExactly("b1", "c1"), "the pods of b and c (shared podCIDR) fail, nothing else")
 
@@ -253,7 +254,7 @@ func TestSeed001AgentFixesHost(t *testing.T) {
 	t.Logf("pod c2 on c: %s", c2.IP)
 	require.True(t, newC.Contains(c2.IP), "c2's address %s is in c's new podCIDR %s", c2.IP, newC)
 	ac2 := []*Pod{a.Pods()[0], a.Pods()[1], c2}
-	m = checkUntil(ac2, podTargets(ac2), (*Matrix).Full)
+	m = checkUntil(t, ac2, podTargets(ac2), (*Matrix).Full)
 	t.Logf("a's pods and c2 after the agent's fix:\n%s", m)
 	require.True(t, m.Full(), "a's pods and c2 reach each other and the outside:\n%s", m)
 }

@@ -74,7 +74,8 @@ func podTargets(pods []*Pod) []Target {
 
 // checkUntil runs Check until ok(m) or the attempts run out and returns the
 // last matrix: routes appear a moment after flanneld learns of a lease.
-func checkUntil(pods []*Pod, targets []Target, ok func(*Matrix) bool) *Matrix {
+func checkUntil(t *testing.T, pods []*Pod, targets []Target, ok func(*Matrix) bool) *Matrix {
+	t.Helper()
 	var m *Matrix
 	for i := 0; i < 10; i++ {
 		m = Check(pods, targets, ProbeOptions{})
@@ -82,6 +83,19 @@ func checkUntil(pods []*Pod, targets []Target, ok func(*Matrix) bool) *Matrix {
 			return m
 		}
 		time.Sleep(time.Second)
+	}
+	// The matrix never became what the test expects: log what each node
+	// holds and what its flanneld said, so a failure in CI can be read
+	// without a rerun.
+	seen := map[*Node]bool{}
+	for _, p := range pods {
+		if n := p.Node; !seen[n] {
+			seen[n] = true
+			hostDump(t, n, "when the matrix check gave up")
+			if n.Flanneld != nil {
+				t.Logf("flanneld on %s, last lines of its current run:\n%s", n.Name, tailLines(n.Flanneld.RunLog(), 30))
+			}
+		}
 	}
 	return m
 }

@@ -65,7 +65,7 @@ func TestSeed001FlannelKube(t *testing.T) {
 		"flanneld on a logs %q", ignoring)
 
 	broken := []string{"b1", "c1", "d1"}
-	m := checkUntil(pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly(broken...) })
+	m := checkUntil(t, pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly(broken...) })
 	t.Logf("before the fix:\n%s", m)
 	require.Empty(t, m.FailuresNotTouching(broken...), "every failure involves a pod of b, c (shared podCIDR) or d (host-gw)")
 	require.True(t, m.BrokenExactly(broken...), "each of %v fails somewhere", broken)
@@ -129,7 +129,7 @@ func TestSeed001FlannelKube(t *testing.T) {
 	// its route to that subnet, which b still holds. b's pods stay
 	// unreachable from a until a's flanneld restarts. CleanupSteps covers
 	// only the moved node.
-	m = checkUntil(pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("b1") })
+	m = checkUntil(t, pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("b1") })
 	t.Logf("after nodecidr apply + CleanupSteps(c) + d's restart:\n%s", m)
 	routes, err := a.Run("ip", "route", "show", cidrs["b"].String())
 	require.NoError(t, err)
@@ -138,7 +138,7 @@ func TestSeed001FlannelKube(t *testing.T) {
 	for _, n := range []*Node{a, b} {
 		require.NoError(t, n.RestartFlanneld(30*time.Second), "the step cidrshift does not print yet: restart flanneld on the other nodes")
 	}
-	m = checkUntil(pods, podTargets(pods), (*Matrix).Full)
+	m = checkUntil(t, pods, podTargets(pods), (*Matrix).Full)
 	t.Logf("after the fix:\n%s", m)
 	require.True(t, m.Full(), "full matrix after the fix:\n%s", m)
 	assert.True(t, newC.Contains(c.Pods()[0].IP), "c's pod has an address of c's new podCIDR")

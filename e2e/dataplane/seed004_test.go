@@ -97,7 +97,7 @@ func TestSeed004FlannelEtcdTLS(t *testing.T) {
 	for _, p := range pods {
 		t.Logf("pod %s on %s: %s", p.Name, p.Node.Name, p.IP)
 	}
-	m := checkUntil(pods, podTargets(pods), (*Matrix).Full)
+	m := checkUntil(t, pods, podTargets(pods), (*Matrix).Full)
 	t.Logf("seed 004 on 172.7.0.0/16:\n%s", m)
 	require.True(t, m.Full(), "pod to pod keeps its source, pod to outside leaves as the node:\n%s", m)
 	routes, err := nodes[0].Run("ip", "route")
@@ -147,7 +147,7 @@ func TestSeed004FlannelEtcdTLS(t *testing.T) {
 	}
 	// The hand-made rule still names the old range: pod to pod works, but
 	// outside traffic leaves with the pod's address and gets no answer.
-	m = checkUntil(pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("outside") })
+	m = checkUntil(t, pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("outside") })
 	t.Logf("after the move, hand-made MASQUERADE rules unchanged:\n%s", m)
 	require.True(t, m.BrokenExactly("outside"), "only outside traffic fails")
 	for _, c := range m.Failing() {
@@ -160,7 +160,7 @@ func TestSeed004FlannelEtcdTLS(t *testing.T) {
 		require.NoError(t, iptables(n, "-D", handMasq(subnets[n.Name], oldNet)))
 		require.NoError(t, iptables(n, "-A", handMasq(sub, newNet)))
 	}
-	m = checkUntil(pods, podTargets(pods), (*Matrix).Full)
+	m = checkUntil(t, pods, podTargets(pods), (*Matrix).Full)
 	t.Logf("on 172.8.0.0/16 with the rules rewritten:\n%s", m)
 	require.True(t, m.Full(), "full matrix on the new range:\n%s", m)
 }

@@ -197,7 +197,7 @@ func TestServiceCIDRMoveKubeProxy(t *testing.T) {
 	oldDNS := netip.MustParseAddr("10.96.0.10")
 	newDNS := netip.MustParseAddr("10.100.0.10")
 	selectorlessService(t, cs, "kube-system", "kube-dns", oldDNS.String(), a1, b1)
-	before := checkUntil(pods, append(podTargets(pods), ServiceTarget("kube-dns", oldDNS, EchoPort, a1, b1)), (*Matrix).Full)
+	before := checkUntil(t, pods, append(podTargets(pods), ServiceTarget("kube-dns", oldDNS, EchoPort, a1, b1)), (*Matrix).Full)
 	t.Logf("before the move:\n%s", before)
 	require.True(t, before.Full(), "kube-dns at %s answers from every pod:\n%s", oldDNS, before)
 
@@ -223,7 +223,7 @@ func TestServiceCIDRMoveKubeProxy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, newDNS.String(), svc.Spec.ClusterIP, "kube-dns moved to the new range's .10")
 
-	after := checkUntil(pods, append(podTargets(pods), ServiceTarget("kube-dns", newDNS, EchoPort, a1, b1)), (*Matrix).Full)
+	after := checkUntil(t, pods, append(podTargets(pods), ServiceTarget("kube-dns", newDNS, EchoPort, a1, b1)), (*Matrix).Full)
 	t.Logf("after the move:\n%s", after)
 	require.True(t, after.Full(), "kube-dns at %s answers from every pod:\n%s", newDNS, after)
 	seen := map[string]bool{}
