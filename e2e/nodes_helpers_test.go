@@ -550,11 +550,27 @@ func nodeE2EJSON(t *testing.T, data string, v any) {
 	require.NoError(t, json.Unmarshal([]byte(data), v), "decode JSON output:\n%s", data)
 }
 
-// nodeE2ESubnet returns the i-th /bits subnet of base (IPv4).
+// nodeE2ESubnet returns the i-th /bits subnet of base (either family).
 func nodeE2ESubnet(base netip.Prefix, bits, i int) netip.Prefix {
-	a := base.Masked().Addr().As4()
-	binary.BigEndian.PutUint32(a[:], binary.BigEndian.Uint32(a[:])+uint32(i)<<(32-bits))
-	return netip.PrefixFrom(netip.AddrFrom4(a), bits)
+	if base.Addr().Is4() {
+		a := base.Masked().Addr().As4()
+		binary.BigEndian.PutUint32(a[:], binary.BigEndian.Uint32(a[:])+uint32(i)<<(32-bits))
+		return netip.PrefixFrom(netip.AddrFrom4(a), bits)
+	}
+	a := base.Masked().Addr().As16()
+	hi, lo := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+	if bits <= 64 {
+		hi += uint64(i) << (64 - bits)
+	} else {
+		next := lo + uint64(i)<<(128-bits)
+		if next < lo {
+			hi++
+		}
+		lo = next
+	}
+	binary.BigEndian.PutUint64(a[:8], hi)
+	binary.BigEndian.PutUint64(a[8:], lo)
+	return netip.PrefixFrom(netip.AddrFrom16(a), bits)
 }
 
 // nodeE2ERebase is cidr.Rebase, failing the test on error.
