@@ -93,9 +93,9 @@ type calicoEnv struct {
 	ipamStop func()
 }
 
-// startCalicoEnv starts the cluster and brings the workloads up on the old
-// pool.
-func startCalicoEnv(t *testing.T) *calicoEnv {
+// startCalicoBase starts the cluster with the Calico CRDs (no pool yet), the
+// stand-ins for the kubelets and Calico IPAM, and the Ready nodes.
+func startCalicoBase(t *testing.T) *calicoEnv {
 	t.Helper()
 	c := harness.Start(t, harness.Options{
 		ClusterCIDR: calicoClusterCIDR,
@@ -127,21 +127,6 @@ func startCalicoEnv(t *testing.T) *calicoEnv {
 	require.NoError(t, err)
 	require.Equal(t, calico.APICRDV1, pools.API())
 	env.cl = calico.Cluster{Kube: kube, Pools: pools, Blocks: calico.NewCRDBlockSource(dyn), Dynamic: dyn}
-
-	// The old pool as Calico's Kubernetes datastore holds it, with the v3
-	// metadata annotation and a deprecated field this package does not model.
-	_, err = dyn.Resource(calico.IPPoolsV1).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": calico.IPPoolsV1.GroupVersion().String(), "kind": "IPPool",
-		"metadata": map[string]any{
-			"name":        calicoOldPoolName,
-			"annotations": map[string]any{calico.MetadataAnnotation: calicoMetadata},
-		},
-		"spec": map[string]any{
-			"cidr": calicoOldCIDR, "blockSize": int64(26), "ipipMode": "Never", "vxlanMode": "Always",
-			"natOutgoing": true, "nodeSelector": "all()", "nat-outgoing": true,
-		},
-	}}, metav1.CreateOptions{})
-	require.NoError(t, err, "create the old IPPool")
 
 	// The kubelets: node heartbeats, hostNetwork pods, pod termination.
 	kl := &calicoKubelet{kube: kube, beat: map[string]time.Time{}}
@@ -186,6 +171,29 @@ func startCalicoEnv(t *testing.T) *calicoEnv {
 		_, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceSystem).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
+	return env
+}
+
+// startCalicoEnv starts the cluster and brings the workloads up on the old
+// pool.
+func startCalicoEnv(t *testing.T) *calicoEnv {
+	t.Helper()
+	env := startCalicoBase(t)
+	ctx, kube, dyn := t.Context(), env.kube, env.dyn
+	// The old pool as Calico's Kubernetes datastore holds it, with the v3
+	// metadata annotation and a deprecated field this package does not model.
+	_, err := dyn.Resource(calico.IPPoolsV1).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": calico.IPPoolsV1.GroupVersion().String(), "kind": "IPPool",
+		"metadata": map[string]any{
+			"name":        calicoOldPoolName,
+			"annotations": map[string]any{calico.MetadataAnnotation: calicoMetadata},
+		},
+		"spec": map[string]any{
+			"cidr": calicoOldCIDR, "blockSize": int64(26), "ipipMode": "Never", "vxlanMode": "Always",
+			"natOutgoing": true, "nodeSelector": "all()", "nat-outgoing": true,
+		},
+	}}, metav1.CreateOptions{})
+	require.NoError(t, err, "create the old IPPool")
 
 	env.obs = newCalicoObserver(t, kube, env.oldCIDR)
 	createCalicoWorkloads(t, kube)
