@@ -48,7 +48,7 @@ func createAgentRBAC(t *testing.T, cs kubernetes.Interface) {
 func hostDump(t *testing.T, n *Node, when string) {
 	t.Helper()
 	var b strings.Builder
-	for _, args := range [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"ip", "-o", "link"}, {"iptables-save", "-t", "nat"}, {"iptables-save", "-t", "filter"}} {
+	for _, args := range [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"ip", "-6", "route"}, {"ip", "-o", "link"}, {"iptables-save", "-t", "nat"}, {"iptables-save", "-t", "filter"}} {
 		out, err := n.Run(args[0], args[1:]...)
 		b.WriteString("$ " + strings.Join(args, " ") + "\n" + out)
 		if err != nil {

@@ -30,14 +30,17 @@ type EchoServer struct {
 // StartEcho starts an echo server in namespace ns on addr:port (any address
 // when addr is invalid). Teardown closes it.
 func (e *Env) StartEcho(ns, name string, addr netip.Addr, port int) (*EchoServer, error) {
-	host := "0.0.0.0"
+	host, network := "0.0.0.0", "tcp4"
 	if addr.IsValid() {
 		host = addr.String()
+	}
+	if addr.Is6() {
+		network = "tcp6"
 	}
 	var ln net.Listener
 	err := inNS(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln, err = net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		return err
 	})
 	if err != nil {
@@ -89,7 +92,11 @@ func Probe(ns string, dst netip.AddrPort, timeout time.Duration) (EchoReply, err
 	var c net.Conn
 	err := inNS(ns, func() error {
 		var err error
-		c, err = net.DialTimeout("tcp4", dst.String(), timeout)
+		network := "tcp4"
+		if dst.Addr().Is6() {
+			network = "tcp6"
+		}
+		c, err = net.DialTimeout(network, dst.String(), timeout)
 		return err
 	})
 	if err != nil {

@@ -36,6 +36,10 @@ var (
 	// OutsideIP is the "outside" namespace: a host beyond the cluster whose
 	// echo server shows whether pod traffic was SNATed.
 	OutsideIP = netip.MustParseAddr("198.51.100.254")
+	// UnderlayNet6 is the underlay's IPv6 range: a node on which
+	// EnableIPv6 ran holds UnderlayNet6's address with the same last byte
+	// as its IPv4 one. Only node namespaces hold it.
+	UnderlayNet6 = netip.MustParsePrefix("fd00:198:51:100::/64")
 )
 
 // Skip skips the test unless the data plane can run here: as root, with
@@ -121,8 +125,10 @@ func NewEnv(t testing.TB) *Env {
 	} else if len(removed) > 0 {
 		t.Logf("sweeper removed leftovers of dead runs: %s", strings.Join(removed, ", "))
 	}
-	if a, ok := rootAddrIn(UnderlayNet); ok {
-		t.Fatalf("the root namespace itself uses the test underlay %s (%s): the data plane would look like this machine's network", UnderlayNet, a)
+	for _, u := range []netip.Prefix{UnderlayNet, UnderlayNet6} {
+		if a, ok := rootAddrIn(u); ok {
+			t.Fatalf("the root namespace itself uses the test underlay %s (%s): the data plane would look like this machine's network", u, a)
+		}
 	}
 	bins, err := harness.EnsureDataPlaneBinaries(t.Context(), harness.BuildOptions{Logf: t.Logf})
 	if err != nil {
@@ -298,8 +304,10 @@ func (e *Env) teardown() {
 	if left := leftovers(e.Prefix); len(left) > 0 {
 		e.t.Errorf("teardown left behind: %s", strings.Join(left, ", "))
 	}
-	if a, ok := rootAddrIn(UnderlayNet); ok {
-		e.t.Errorf("the root namespace holds an underlay address: %s", a)
+	for _, u := range []netip.Prefix{UnderlayNet, UnderlayNet6} {
+		if a, ok := rootAddrIn(u); ok {
+			e.t.Errorf("the root namespace holds an underlay address: %s", a)
+		}
 	}
 	for _, p := range procs {
 		if !p.Exited() || pidAlive(p.Pid()) && !isZombie(p.Pid()) {
@@ -308,14 +316,15 @@ func (e *Env) teardown() {
 	}
 }
 
-// rootAddrIn returns an IPv4 address of the root namespace inside p.
+// rootAddrIn returns an address of the root namespace inside p (either
+// family).
 func rootAddrIn(p netip.Prefix) (string, bool) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return "", false
 	}
 	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && p.Contains(ip) {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && p.Contains(ip.Unmap()) {
 			return a.IPNet.String(), true
 		}
 	}

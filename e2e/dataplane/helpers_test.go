@@ -270,3 +270,20 @@ func seed001Nodes(t *testing.T, env *Env, cs kubernetes.Interface) (map[string]*
 	require.Equal(t, cidrs["b"], cidrs["c"])
 	return nodes, cidrs
 }
+
+// etcdRegistry opens the flannel registry in the harness's etcd and returns
+// it with a function that applies a plan to it (journal in a test
+// directory), failing the test on error.
+func etcdRegistry(t *testing.T, cfg flannel.EtcdConfig) (*flannel.Registry, func(*flannel.Plan)) {
+	t.Helper()
+	kv, err := flannel.DialEtcd(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = kv.Close() })
+	reg, err := flannel.NewRegistry(kv, flannel.RegistryOptions{})
+	require.NoError(t, err)
+	return reg, func(p *flannel.Plan) {
+		t.Helper()
+		_, err := reg.Apply(t.Context(), p, flannel.ApplyOptions{JournalDir: t.TempDir()})
+		require.NoError(t, err)
+	}
+}

@@ -20,6 +20,8 @@ type Target struct {
 	// Source returns the client address the responder must see for a
 	// connection from pod p; nil accepts any.
 	Source func(p *Pod) netip.Addr
+	// Of is the pod the target belongs to: it does not probe itself.
+	Of string
 }
 
 // PodTarget is a pod's echo server: only that pod may answer, and it must
@@ -27,7 +29,17 @@ type Target struct {
 func PodTarget(p *Pod) Target {
 	return Target{
 		Name: p.Name, Addr: netip.AddrPortFrom(p.IP, EchoPort), Responders: []string{p.Name},
-		Source: func(c *Pod) netip.Addr { return c.IP },
+		Source: func(c *Pod) netip.Addr { return c.IP }, Of: p.Name,
+	}
+}
+
+// PodTarget6 is a dual-stack pod's echo server on its IPv6 address (column
+// "<pod>/v6"): only that pod may answer, and it must see the client pod's
+// own IPv6 address.
+func PodTarget6(p *Pod) Target {
+	return Target{
+		Name: p.Name + "/v6", Addr: netip.AddrPortFrom(p.IP6, EchoPort), Responders: []string{p.Name},
+		Source: func(c *Pod) netip.Addr { return c.IP6 }, Of: p.Name,
 	}
 }
 
@@ -108,7 +120,7 @@ func Check(pods []*Pod, targets []Target, opts ProbeOptions) *Matrix {
 	var jobs []job
 	for _, p := range pods {
 		for _, t := range targets {
-			if t.Name == p.Name {
+			if t.Name == p.Name || t.Of == p.Name {
 				continue
 			}
 			jobs = append(jobs, job{p, t})

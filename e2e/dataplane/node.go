@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Node is one node namespace on the underlay, with its own files: the
@@ -27,7 +30,9 @@ type Node struct {
 	Name string
 	NS   string
 	// IP is the node's underlay address, on eth0.
-	IP  netip.Addr
+	IP netip.Addr
+	// IP6 is its IPv6 underlay address on eth0, once EnableIPv6 ran.
+	IP6 netip.Addr
 	Dir string
 	// SubnetFile is flanneld's --subnet-file (the node's /run/flannel/subnet.env).
 	SubnetFile string
@@ -52,6 +57,7 @@ type Node struct {
 	flanneldFlags []string
 	pods          []*Pod
 	podSeq        int
+	idx           int
 }
 
 // AddNode creates a node namespace attached to the underlay at
@@ -67,6 +73,7 @@ func (e *Env) AddNode(name string) (*Node, error) {
 		NS:   e.Prefix + "node-" + name,
 		IP:   netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + idx)}),
 		Dir:  filepath.Join(e.Dir, "nodes", name),
+		idx:  idx,
 	}
 	n.SubnetFile = filepath.Join(n.Dir, "run", "flannel", "subnet.env")
 	n.CNINetwork = "cbr0-" + name
@@ -105,17 +112,52 @@ func (e *Env) AddNode(name string) (*Node, error) {
 	return n, nil
 }
 
+// EnableIPv6 makes the node dual-stack: an address of UnderlayNet6 on eth0
+// (no duplicate address detection: the underlay is the test's own) and
+// IPv6 forwarding on. Call it before flanneld starts.
+func (n *Node) EnableIPv6() error {
+	a := UnderlayNet6.Addr().As16()
+	a[15] = byte(10 + n.idx)
+	ip := netip.AddrFrom16(a)
+	h, err := handleAt(n.NS)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0 of %s: %w", n.Name, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(UnderlayNet6.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
+	if err := h.AddrAdd(eth0, addr); err != nil {
+		return fmt.Errorf("address %s on eth0 of %s: %w", ip, n.Name, err)
+	}
+	for _, kv := range [][2]string{
+		{"net.ipv6.conf.all.forwarding", "1"},
+		{"net.bridge.bridge-nf-call-ip6tables", "1"},
+	} {
+		if err := sysctlIn(n.NS, kv[0], kv[1]); err != nil {
+			return fmt.Errorf("sysctl %s in %s: %w", kv[0], n.NS, err)
+		}
+	}
+	n.IP6 = ip
+	return nil
+}
+
 // Pods returns the node's pods.
 func (n *Node) Pods() []*Pod { return n.pods }
 
 // Pod is a namespace set up by CNI ADD on its node, with an echo server.
 type Pod struct {
-	Name        string
-	NS          string
-	Node        *Node
-	IP          netip.Addr
+	Name string
+	NS   string
+	Node *Node
+	IP   netip.Addr
+	// IP6 is the pod's IPv6 address when its node's subnet file gives
+	// one (a dual-stack flannel network); its echo server answers on it too.
+	IP6         netip.Addr
 	containerID string
-	echo        *EchoServer
+	echo, echo6 *EchoServer
 }
 
 // cniConfList is the node's network configuration, as kube-flannel.yml's
@@ -181,9 +223,12 @@ func (n *Node) AddPod(ctx context.Context, name string) (*Pod, error) {
 		return nil, err
 	}
 	for _, ipc := range r.IPs {
-		if a, ok := netip.AddrFromSlice(ipc.Address.IP.To4()); ok {
+		a, ok := netip.AddrFromSlice(ipc.Address.IP)
+		switch a = a.Unmap(); {
+		case ok && a.Is4() && !p.IP.IsValid():
 			p.IP = a
-			break
+		case ok && a.Is6() && !p.IP6.IsValid():
+			p.IP6 = a
 		}
 	}
 	if !p.IP.IsValid() {
@@ -192,6 +237,11 @@ func (n *Node) AddPod(ctx context.Context, name string) (*Pod, error) {
 	if p.echo, err = n.env.StartEcho(p.NS, name, netip.Addr{}, EchoPort); err != nil {
 		return nil, err
 	}
+	if p.IP6.IsValid() {
+		if p.echo6, err = n.env.StartEcho(p.NS, name, netip.IPv6Unspecified(), EchoPort); err != nil {
+			return nil, err
+		}
+	}
 	n.pods = append(n.pods, p)
 	return p, nil
 }
@@ -199,8 +249,10 @@ func (n *Node) AddPod(ctx context.Context, name string) (*Pod, error) {
 // DelPod runs CNI DEL for a pod, stops its echo server and removes its
 // namespace, as the kubelet does when a pod is deleted.
 func (n *Node) DelPod(ctx context.Context, p *Pod) error {
-	if p.echo != nil {
-		_ = p.echo.Close()
+	for _, e := range []*EchoServer{p.echo, p.echo6} {
+		if e != nil {
+			_ = e.Close()
+		}
 	}
 	cfg, list, err := n.cni()
 	if err != nil {

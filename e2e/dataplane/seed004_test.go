@@ -47,17 +47,8 @@ func TestSeed004FlannelEtcdTLS(t *testing.T) {
 	require.NotNil(t, tlsFiles)
 	require.True(t, strings.HasPrefix(cp.EtcdEndpoint, "https://"), cp.EtcdEndpoint)
 
-	kv, err := flannel.DialEtcd(ctx, flannel.EtcdConfig{Endpoints: []string{cp.Cluster.EtcdEndpoint()},
+	reg, apply := etcdRegistry(t, flannel.EtcdConfig{Endpoints: []string{cp.Cluster.EtcdEndpoint()},
 		CAFile: tlsFiles.CAFile, CertFile: tlsFiles.CertFile, KeyFile: tlsFiles.KeyFile})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = kv.Close() })
-	reg, err := flannel.NewRegistry(kv, flannel.RegistryOptions{})
-	require.NoError(t, err)
-	apply := func(p *flannel.Plan) {
-		t.Helper()
-		_, err := reg.Apply(ctx, p, flannel.ApplyOptions{JournalDir: t.TempDir()})
-		require.NoError(t, err)
-	}
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)
 	plan, err := flannel.PlanPutConfig(snap, []byte(`{"Network": "172.7.0.0/16", "Backend": {"Type": "host-gw"}}`))
