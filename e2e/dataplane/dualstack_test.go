@@ -3,12 +3,14 @@ package dataplane
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/e2e/harness"
 	"github.com/cidrshift/cidrshift/flannel"
 )
@@ -136,4 +138,85 @@ func TestDualStackFlannelVXLANIPv6Move(t *testing.T) {
 	routes, err := nodes[0].Run("ip", "-6", "route")
 	require.NoError(t, err)
 	assert.NotContains(t, routes, "fd00:50:", "a route to the old IPv6 range is left on a")
+}
+
+// TestDualStackFlannelKube runs flanneld v0.28 in kube subnet manager mode
+// on a dual-stack cluster (issue 19): the real kube-controller-manager
+// gives each node an IPv4 and an IPv6 podCIDR, net-conf enables IPv6, and
+// flanneld writes the IPv6 annotations (public-ipv6, backend-v6-data) the
+// flannel package reads. Every pod reaches every other over both families.
+// flannel.ReadNodes sees each node's pair and its IPv4 and IPv6 public
+// address as flanneld announced them, AuditKube finds nothing wrong, and
+// two nodes announcing one IPv6 address (a copy of the real nodes with
+// one annotation changed) are reported as duplicate-public-ip.
+func TestDualStackFlannelKube(t *testing.T) {
+	env := NewEnv(t)
+	v4, v6 := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")
+	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: v4.String() + "," + v6.String(), NodeCIDRMaskSize: 24, NodeCIDRMaskSizeIPv6: 64})
+	cs, err := cp.Client()
+	require.NoError(t, err)
+	ctx := t.Context()
+	netConf := netConfIn(t, env, cs, `{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}`)
+	flags := []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + netConf}
+
+	var nodes []*Node
+	for _, name := range []string{"a", "b", "c"} {
+		n, err := env.AddNode(name)
+		require.NoError(t, err)
+		require.NoError(t, n.EnableIPv6())
+		createNode(t, cs, n, "")
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		require.NoError(t, n.StartFlanneld([]string{"NODE_NAME=" + n.Name}, 30*time.Second, flags...))
+		senv, err := n.SubnetEnv()
+		require.NoError(t, err)
+		require.True(t, v6.Contains(netip.MustParsePrefix(senv["FLANNEL_IPV6_SUBNET"]).Addr()), "subnet.env of %s: %v", n.Name, senv)
+		p, err := n.AddPod(ctx, n.Name+"1")
+		require.NoError(t, err)
+		require.NoError(t, registerPod(ctx, cs, p))
+		require.True(t, v4.Contains(p.IP) && v6.Contains(p.IP6), "pod %s: %s, %s", p.Name, p.IP, p.IP6)
+	}
+	pods := allPods(nodes...)
+	m := checkUntil(t, pods, dualTargets(pods), (*Matrix).Full)
+	t.Logf("dual-stack flannel, kube subnet manager:\n%s", m)
+	require.True(t, m.Full(), "pod to pod over both families:\n%s", m)
+
+	nc, err := flannel.ReadNetConf(ctx, cs, flannel.KubeOptions{})
+	require.NoError(t, err)
+	read, err := flannel.ReadNodes(ctx, cs, flannel.KubeOptions{})
+	require.NoError(t, err)
+	require.Len(t, read, len(nodes))
+	byName := map[string]flannel.Node{}
+	for _, fn := range read {
+		byName[fn.Name] = fn
+	}
+	for _, n := range nodes {
+		fn := byName[n.Name]
+		require.Len(t, fn.PodCIDRs, 2, "node %s", n.Name)
+		assert.True(t, v4.Contains(fn.PodCIDRs[0].Addr()) && v6.Contains(fn.PodCIDRs[1].Addr()), "node %s: %v", n.Name, fn.PodCIDRs)
+		assert.Equal(t, n.IP, fn.PublicIP, "node %s public-ip", n.Name)
+		assert.Equal(t, n.IP6, fn.PublicIPv6, "node %s public-ipv6", n.Name)
+		assert.Equal(t, "vxlan", fn.BackendType, "node %s", n.Name)
+		assert.Contains(t, fn.Annotations["flannel.alpha.coreos.com/backend-v6-data"], "VtepMAC", "node %s", n.Name)
+	}
+	rep := flannel.AuditKube(nc, read)
+	for _, f := range rep.Findings {
+		assert.NotEqual(t, cidr.SeverityError, f.Severity, "finding on the healthy cluster: %+v", f)
+	}
+	dup := slices.Clone(read)
+	for i := range dup {
+		if dup[i].Name == "c" {
+			dup[i].PublicIPv6 = nodes[0].IP6
+		}
+	}
+	var found bool
+	for _, f := range flannel.AuditKube(nc, dup).Findings {
+		if f.Kind == flannel.FindingDuplicatePublicIP {
+			found = true
+			assert.Equal(t, []string{"a", "c"}, f.Nodes)
+			assert.Contains(t, f.Detail, nodes[0].IP6.String())
+		}
+	}
+	assert.True(t, found, "two nodes announcing %s", nodes[0].IP6)
 }

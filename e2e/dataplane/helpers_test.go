@@ -241,15 +241,22 @@ func buildExample(t *testing.T, name string) string {
 // it returns.
 func seed001NetConf(t *testing.T, env *Env, cs kubernetes.Interface) string {
 	t.Helper()
-	const vxlanConf = `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
+	return netConfIn(t, env, cs, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+}
+
+// netConfIn puts conf in the kube-flannel-cfg ConfigMap (namespace
+// kube-flannel), as kube-flannel.yml does, and in the file flanneld reads
+// (the ConfigMap's mount); it returns the file's path.
+func netConfIn(t *testing.T, env *Env, cs kubernetes.Interface, conf string) string {
+	t.Helper()
 	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfNamespace}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = cs.CoreV1().ConfigMaps(flannel.DefaultNetConfNamespace).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName},
-		Data:       map[string]string{flannel.NetConfKey: vxlanConf},
+		Data:       map[string]string{flannel.NetConfKey: conf},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	return writeFile(t, env, "net-conf.json", vxlanConf)
+	return writeFile(t, env, "net-conf.json", conf)
 }
 
 // seed001Nodes makes seed 001's nodes a, b, c and d, c holding b's podCIDR.
