@@ -45,7 +45,9 @@ type Snapshot struct {
 	// component=kube-controller-manager or component=kube-apiserver, whose
 	// command lines hold the cluster's CIDR flags.
 	ControlPlanePods []corev1.Pod `json:"controlPlanePods,omitempty"`
-	// Services are every Service read.
+	// Services are every Service read, reduced to what the checks read:
+	// namespace, name, labels, type, clusterIP and clusterIPs (the other
+	// fields are left empty).
 	Services []corev1.Service `json:"services,omitempty"`
 	// ConfigMaps are the ones the checks read: kube-flannel-cfg in any
 	// namespace, and kube-system's kube-proxy, kubelet-config and kubeadm-config.
@@ -57,7 +59,8 @@ type Snapshot struct {
 	// NotRead says what could not be read and why (an API not served, an
 	// optional kind the caller may not list); the checks needing it are skipped.
 	NotRead []string `json:"notRead,omitempty"`
-	// Skipped counts dumped objects of kinds the doctor does not read.
+	// Skipped counts dumped objects the doctor does not read: other kinds,
+	// and ConfigMaps other than those named above.
 	Skipped int `json:"skipped,omitempty"`
 }
 
@@ -129,7 +132,9 @@ func LoadSnapshot(ctx context.Context, kube kubernetes.Interface, dyn dynamic.In
 		if err != nil {
 			return "", fmt.Errorf("listing services: %w", err)
 		}
-		s.Services = append(s.Services, l.Items...)
+		for i := range l.Items {
+			s.Services = append(s.Services, serviceSummary(&l.Items[i]))
+		}
 		return l.Continue, nil
 	}); err != nil {
 		return nil, err
@@ -258,84 +263,132 @@ var ErrNoInput = errors.New("no input")
 // ipamblocks.crd.projectcalico.org and networking.k8s.io ServiceCIDRs (v1,
 // v1beta1, v1alpha1). Each is streamed through nodecidr.ReadDumpWith: Pods
 // and Nodes take its fast paths, the other kinds the doctor reads are
-// decoded, and every other object is counted in Skipped. Errors name the
-// input, the document and the item.
+// decoded in the decoding workers (decodeKept), and every other object is
+// counted in Skipped. Errors name the input, the document and the item.
 func ReadSnapshot(ctx context.Context, inputs ...Input) (*Snapshot, error) {
 	s := &Snapshot{}
 	var names []string
 	for _, in := range inputs {
-		d, err := nodecidr.ReadDumpWith(ctx, in.R, nodecidr.DumpOptions{Keep: keptKind})
+		d, err := nodecidr.ReadDumpWith(ctx, in.R, nodecidr.DumpOptions{Keep: keptKind, Decode: decodeKept})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", in.Name, err)
 		}
-		if err := s.add(d); err != nil {
-			return nil, fmt.Errorf("%s: %w", in.Name, err)
-		}
+		s.add(d)
 		names = append(names, in.Name)
 	}
 	s.Source = strings.Join(names, ", ")
 	return s, nil
 }
 
-// add merges one dump into the snapshot.
-func (s *Snapshot) add(d *nodecidr.Dump) error {
-	s.Nodes = append(s.Nodes, d.Nodes...)
-	s.Pods = append(s.Pods, d.Pods...)
+// add merges one dump, whose kept objects decodeKept decoded, into the
+// snapshot. The dump's slices are taken over, not copied, where the
+// snapshot has none yet.
+func (s *Snapshot) add(d *nodecidr.Dump) {
+	s.Nodes = appendAll(s.Nodes, d.Nodes)
+	s.Pods = appendAll(s.Pods, d.Pods)
 	s.PodsRead = s.PodsRead || len(d.Pods) > 0
-	s.ControlPlanePods = append(s.ControlPlanePods, d.ControlPlanePods...)
+	s.ControlPlanePods = appendAll(s.ControlPlanePods, d.ControlPlanePods)
 	s.Skipped += d.Skipped
-	for i, o := range d.Objects {
-		if err := s.addObject(o); err != nil {
-			return fmt.Errorf("%s %d of the kept objects: %w", o.Kind, i, err)
+	services := 0
+	for _, o := range d.Objects {
+		if _, ok := o.Value.(corev1.Service); ok {
+			services++
 		}
-		d.Objects[i].JSON = nil // decoded: let it go
 	}
-	return nil
+	s.Services = slices.Grow(s.Services, services)
+	for _, o := range d.Objects {
+		switch v := o.Value.(type) {
+		case corev1.Service:
+			s.Services = append(s.Services, v)
+		case corev1.ConfigMap:
+			s.ConfigMaps = append(s.ConfigMaps, v)
+		case calico.IPPool:
+			s.IPPools = append(s.IPPools, v)
+		case calico.Block:
+			s.IPAMBlocks = append(s.IPAMBlocks, v)
+		case servicecidr.ServiceCIDR:
+			s.ServiceCIDRs = append(s.ServiceCIDRs, v)
+		}
+	}
 }
 
-func (s *Snapshot) addObject(o nodecidr.Object) error {
-	switch o.Kind {
-	case "Service":
-		var svc corev1.Service
-		if err := json.Unmarshal(o.JSON, &svc); err != nil {
-			return err
-		}
-		s.Services = append(s.Services, svc)
-	case "ConfigMap":
-		var cm corev1.ConfigMap
-		if err := json.Unmarshal(o.JSON, &cm); err != nil {
-			return err
-		}
-		if doctorConfigMap(cm.Namespace, cm.Name) {
-			s.ConfigMaps = append(s.ConfigMaps, cm)
-		}
-	default:
-		var u unstructured.Unstructured
-		if err := json.Unmarshal(o.JSON, &u.Object); err != nil {
-			return err
-		}
-		switch o.Kind {
-		case "IPPool":
-			p, err := calico.PoolFromUnstructured(u.Object)
-			if err != nil {
-				return err
-			}
-			s.IPPools = append(s.IPPools, p)
-		case "IPAMBlock":
-			b, err := calico.BlockFromUnstructured(u.Object)
-			if err != nil {
-				return err
-			}
-			s.IPAMBlocks = append(s.IPAMBlocks, b)
-		case "ServiceCIDR":
-			sc, err := servicecidr.FromUnstructured(&u)
-			if err != nil {
-				return err
-			}
-			s.ServiceCIDRs = append(s.ServiceCIDRs, sc)
-		}
+// appendAll is append(dst, src...) that returns src itself when dst is empty.
+func appendAll[T any](dst, src []T) []T {
+	if len(dst) == 0 {
+		return src
 	}
-	return nil
+	return append(dst, src...)
+}
+
+// serviceJSON is the part of a Service the checks read (see serviceSummary).
+type serviceJSON struct {
+	Metadata struct {
+		Namespace string            `json:"namespace"`
+		Name      string            `json:"name"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Type       corev1.ServiceType `json:"type"`
+		ClusterIP  string             `json:"clusterIP"`
+		ClusterIPs []string           `json:"clusterIPs"`
+	} `json:"spec"`
+}
+
+// serviceSummary is the part of svc the checks read: namespace, name,
+// labels, type, clusterIP and clusterIPs.
+func serviceSummary(svc *corev1.Service) corev1.Service {
+	return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, Labels: svc.Labels},
+		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ClusterIP: svc.Spec.ClusterIP, ClusterIPs: svc.Spec.ClusterIPs}}
+}
+
+// decodeKept is nodecidr.DumpOptions.Decode for the kinds keptKind keeps,
+// run in the dump reader's decoding workers: a Service becomes its
+// serviceSummary (its other fields are not type-checked), a ConfigMap the
+// doctor reads a corev1.ConfigMap (any other is dropped), an IPPool a
+// calico.IPPool, an IPAMBlock a calico.Block, a ServiceCIDR a
+// servicecidr.ServiceCIDR.
+func decodeKept(_, kind string, js []byte) (any, error) {
+	switch kind {
+	case "Service":
+		var sj serviceJSON
+		if err := json.Unmarshal(js, &sj); err != nil {
+			return nil, err
+		}
+		m, sp := &sj.Metadata, &sj.Spec
+		return corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels},
+			Spec: corev1.ServiceSpec{Type: sp.Type, ClusterIP: sp.ClusterIP, ClusterIPs: sp.ClusterIPs}}, nil
+	case "ConfigMap":
+		var meta struct {
+			Metadata struct {
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(js, &meta); err != nil {
+			return nil, err
+		}
+		if !doctorConfigMap(meta.Metadata.Namespace, meta.Metadata.Name) {
+			return nil, nil
+		}
+		var cm corev1.ConfigMap
+		if err := json.Unmarshal(js, &cm); err != nil {
+			return nil, err
+		}
+		return cm, nil
+	}
+	var u unstructured.Unstructured
+	if err := json.Unmarshal(js, &u.Object); err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "IPPool":
+		return calico.PoolFromUnstructured(u.Object)
+	case "IPAMBlock":
+		return calico.BlockFromUnstructured(u.Object)
+	case "ServiceCIDR":
+		return servicecidr.FromUnstructured(&u)
+	}
+	return nil, nil
 }
 
 // ReadSnapshotFiles reads offline dumps from paths: "-" is stdin, a
@@ -407,17 +460,17 @@ func readFile(ctx context.Context, s *Snapshot, path string) error {
 	return nil
 }
 
-// merge appends o's objects to s.
+// merge appends o's objects to s (taking o's slices over where s has none).
 func (s *Snapshot) merge(o *Snapshot) {
-	s.Nodes = append(s.Nodes, o.Nodes...)
-	s.Pods = append(s.Pods, o.Pods...)
+	s.Nodes = appendAll(s.Nodes, o.Nodes)
+	s.Pods = appendAll(s.Pods, o.Pods)
 	s.PodsRead = s.PodsRead || o.PodsRead
-	s.ControlPlanePods = append(s.ControlPlanePods, o.ControlPlanePods...)
-	s.Services = append(s.Services, o.Services...)
-	s.ConfigMaps = append(s.ConfigMaps, o.ConfigMaps...)
-	s.IPPools = append(s.IPPools, o.IPPools...)
-	s.IPAMBlocks = append(s.IPAMBlocks, o.IPAMBlocks...)
-	s.ServiceCIDRs = append(s.ServiceCIDRs, o.ServiceCIDRs...)
-	s.NotRead = append(s.NotRead, o.NotRead...)
+	s.ControlPlanePods = appendAll(s.ControlPlanePods, o.ControlPlanePods)
+	s.Services = appendAll(s.Services, o.Services)
+	s.ConfigMaps = appendAll(s.ConfigMaps, o.ConfigMaps)
+	s.IPPools = appendAll(s.IPPools, o.IPPools)
+	s.IPAMBlocks = appendAll(s.IPAMBlocks, o.IPAMBlocks)
+	s.ServiceCIDRs = appendAll(s.ServiceCIDRs, o.ServiceCIDRs)
+	s.NotRead = appendAll(s.NotRead, o.NotRead)
 	s.Skipped += o.Skipped
 }

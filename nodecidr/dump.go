@@ -30,7 +30,8 @@ type Dump struct {
 	// Objects are the objects of other kinds that DumpOptions.Keep accepted,
 	// in input order.
 	Objects []Object
-	// Skipped counts objects of other kinds (Services, ...) that were not kept.
+	// Skipped counts objects of other kinds (Services, ...) that were not
+	// kept, and kept ones that DumpOptions.Decode dropped.
 	Skipped int
 }
 
@@ -41,6 +42,15 @@ type DumpOptions struct {
 	// object it accepts is kept in Dump.Objects instead of being counted in
 	// Skipped. It is called from several goroutines at once.
 	Keep func(apiVersion, kind string) bool
+	// Decode, when set, decodes every object Keep accepted inside the
+	// decoding workers, on every CPU, instead of leaving its JSON in
+	// Object.JSON for the caller to decode afterwards on one. It gets the
+	// object's apiVersion, kind and JSON (valid JSON, converted from YAML
+	// when the dump is YAML, and only valid during the call: copy what you
+	// keep) and returns the value to keep in Object.Value, or nil to drop
+	// the object (counted in Dump.Skipped). Its error fails the read, naming
+	// the document and item. It is called from several goroutines at once.
+	Decode func(apiVersion, kind string, js []byte) (any, error)
 }
 
 // Object is an object of another kind than Pod or Node that a dump held and
@@ -49,8 +59,11 @@ type Object struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	// JSON is the whole object as JSON (converted from YAML when the dump
-	// was YAML), for the caller to decode into the type it needs.
-	JSON []byte `json:"json"`
+	// was YAML), for the caller to decode into the type it needs; nil when
+	// DumpOptions.Decode decoded it.
+	JSON []byte `json:"json,omitempty"`
+	// Value is what DumpOptions.Decode returned for the object.
+	Value any `json:"value,omitempty"`
 }
 
 // PodSummary is the part of a Pod the audit reads.
@@ -114,13 +127,16 @@ func ReadDump(ctx context.Context, r io.Reader) (*Dump, error) {
 
 // ReadDumpWith is ReadDump that also keeps the objects of other kinds that
 // opts.Keep accepts (Services, ConfigMaps, Calico IPPools, ...) in
-// Dump.Objects. Pods and Nodes take the same fast paths as in ReadDump; a
-// kept object is decoded by the full decoder (sigs.k8s.io/yaml), so keep
-// only the kinds needed.
+// Dump.Objects. Pods and Nodes take the same fast paths as in ReadDump. A
+// kept object's block-style YAML is turned into JSON by the fast path's
+// parser, and a kept item of a JSON List is checked by the fast path's
+// scanner; whatever they are not certain of goes through the full decoder
+// (sigs.k8s.io/yaml, encoding/json), so keep only the kinds needed.
+// opts.Decode, when set, decodes kept objects in the workers.
 func ReadDumpWith(ctx context.Context, r io.Reader, opts DumpOptions) (*Dump, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := newPipeline(ctx, cancel, opts.Keep)
+	p := newPipeline(ctx, cancel, opts)
 	br := bufio.NewReaderSize(r, 1<<20)
 	go func() {
 		defer p.closeJobs()
@@ -231,7 +247,7 @@ type pipeline struct {
 	wg      sync.WaitGroup
 }
 
-func newPipeline(ctx context.Context, cancel context.CancelFunc, keep func(apiVersion, kind string) bool) *pipeline {
+func newPipeline(ctx context.Context, cancel context.CancelFunc, opts DumpOptions) *pipeline {
 	n := runtime.GOMAXPROCS(0)
 	p := &pipeline{
 		ctx:     ctx,
@@ -246,7 +262,7 @@ func newPipeline(ctx context.Context, cancel context.CancelFunc, keep func(apiVe
 		go func() {
 			defer p.wg.Done()
 			w := newWorker()
-			w.keep = keep
+			w.keep, w.decode = opts.Keep, opts.Decode
 			for j := range p.jobs {
 				if ctx.Err() != nil {
 					return

@@ -66,9 +66,29 @@ func (w *worker) kept(apiVersion, kind []byte) bool {
 	return w.keep != nil && w.keep(string(apiVersion), string(kind))
 }
 
+// keepObject adds a kept object to r: decoded by DumpOptions.Decode when
+// set (js is only borrowed then), else as a copy of its JSON.
+func (w *worker) keepObject(apiVersion, kind string, js []byte, r *jobResult) error {
+	if w.decode == nil {
+		r.objects = append(r.objects, Object{APIVersion: apiVersion, Kind: kind, JSON: bytes.Clone(js)})
+		return nil
+	}
+	v, err := w.decode(apiVersion, kind, js)
+	switch {
+	case err != nil:
+		return err
+	case v == nil:
+		r.skipped++
+	default:
+		r.objects = append(r.objects, Object{APIVersion: apiVersion, Kind: kind, Value: v})
+	}
+	return nil
+}
+
 // worker decodes jobs; each pipeline goroutine has its own.
 type worker struct {
-	keep func(apiVersion, kind string) bool
+	keep   func(apiVersion, kind string) bool
+	decode func(apiVersion, kind string, js []byte) (any, error)
 	// defKind and defAPIVersion are given to List items that name no kind
 	// (see job.defKind).
 	defKind, defAPIVersion string
@@ -165,6 +185,9 @@ func (w *worker) fast(raw []byte, indent int, allowList bool, r *jobResult) bool
 	if !f.parse(raw, indent) {
 		return false
 	}
+	if allowList && f.items {
+		return false // the full decoder reads a document's items as a List's
+	}
 	core := len(f.apiVersion) == 0 || string(f.apiVersion) == "v1"
 	switch {
 	case string(f.kind) == "Pod" && core:
@@ -187,12 +210,12 @@ func (w *worker) fast(raw []byte, indent int, allowList bool, r *jobResult) bool
 	case w.kept(f.apiVersion, f.kind):
 		// Kept objects are turned into JSON by the same parser as Nodes:
 		// going through sigs.k8s.io/yaml costs about ten times more.
+		// A Decode error goes to the full decoder, which reports it.
 		apiVersion, kind := string(f.apiVersion), string(f.kind)
 		js, ok := f.toJSON(raw, indent)
-		if !ok || !json.Valid(js) {
+		if !ok || !json.Valid(js) || w.keepObject(apiVersion, kind, js, r) != nil {
 			return false
 		}
-		r.objects = append(r.objects, Object{APIVersion: apiVersion, Kind: kind, JSON: bytes.Clone(js)})
 	default:
 		r.skipped++
 	}
@@ -285,7 +308,9 @@ func (w *worker) decodeJSON(js []byte, doc, item int, allowList bool, r *jobResu
 	case p.Kind == "":
 		return fmt.Errorf("%w: %s: no kind; want a Node, a Pod or a List of them", ErrDump, where(doc, item))
 	case w.keep != nil && w.keep(p.APIVersion, p.Kind):
-		r.objects = append(r.objects, Object{APIVersion: p.APIVersion, Kind: p.Kind, JSON: bytes.Clone(js)})
+		if err := w.keepObject(p.APIVersion, p.Kind, js, r); err != nil {
+			return fmt.Errorf("%w: %s: %s: %w", ErrDump, where(doc, item), p.Kind, err)
+		}
 	default:
 		r.skipped++
 	}

@@ -39,6 +39,8 @@ type fastPod struct {
 	nodeName, phase, podIP     []byte
 	hostNetwork                bool
 	podIPs                     [][]byte
+	// items: the object has a key "items" (in any case).
+	items bool
 
 	// emit: also write the object as JSON to out, with the values
 	// sigs.k8s.io/yaml would give them (used for Nodes).
@@ -235,6 +237,9 @@ func (f *fastPod) mappingBody(col int, ctx fctx) bool {
 		}
 		if f.emit && !f.emitKey(key, f.line[col], first) {
 			return false
+		}
+		if ctx == ctxTop && len(key) == len("items") && equalFoldASCII("items", key) {
+			f.items = true
 		}
 		want := wNone
 		if wk := wantedKeys[ctx]; wk != nil || ctx == ctxLabels {

@@ -48,8 +48,15 @@ func (w *worker) fastJSON(raw []byte, r *jobResult) bool {
 			return false
 		}
 		r.nodes = append(r.nodes, n)
-	case len(s.kind) == 0, w.kept(s.apiVersion, s.kind):
+	case len(s.kind) == 0:
 		return false
+	case w.kept(s.apiVersion, s.kind):
+		// The scan checked the whole item and read apiVersion and kind as
+		// encoding/json would: keep it as it is. A Decode error goes to
+		// the full decoder, which reports it.
+		if w.keepObject(string(s.apiVersion), string(s.kind), raw, r) != nil {
+			return false
+		}
 	default:
 		r.skipped++
 	}

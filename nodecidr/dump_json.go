@@ -24,7 +24,9 @@ type jsonReader struct {
 var errJSONEnd = errors.New("unexpected end of JSON input")
 
 func readJSON(p *pipeline, r io.Reader) {
-	s := &jsonReader{p: p, r: r, data: make([]byte, 1<<20)}
+	// Reads of at least the bufio.Reader's size (1 MB) bypass its buffer:
+	// each byte is copied once.
+	s := &jsonReader{p: p, r: r, data: make([]byte, 4<<20)}
 	for doc := 1; ; doc++ {
 		err := s.document(doc)
 		if errors.Is(err, io.EOF) {

@@ -2,6 +2,7 @@ package nodecidr
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -351,5 +352,49 @@ func TestReadDumpWithKeepFastMatchesFull(t *testing.T) {
 		want, err := yaml.YAMLToJSON([]byte(" " + it[1:]))
 		require.NoError(t, err)
 		assert.JSONEq(t, string(want), string(d.Objects[i].JSON), "item %d", i)
+	}
+}
+
+// TestReadDumpWithDecode: DumpOptions.Decode decodes kept objects in the
+// workers, from YAML and JSON Lists, fast path or not: its value is kept,
+// nil drops the object (counted in Skipped), and its error names the item.
+func TestReadDumpWithDecode(t *testing.T) {
+	keep := func(_, kind string) bool { return kind == "Service" }
+	decode := func(apiVersion, kind string, js []byte) (any, error) {
+		var o struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(js, &o); err != nil {
+			return nil, err
+		}
+		switch o.Metadata.Name {
+		case "drop":
+			return nil, nil
+		case "bad":
+			return nil, errors.New("refused")
+		}
+		return apiVersion + " " + kind + " " + o.Metadata.Name, nil
+	}
+	for name, in := range map[string]string{
+		"yaml":           "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: web\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: drop\n- apiVersion: v1\n  kind: Service\n  metadata: {name: flow}\n",
+		"json":           `{"kind":"List","apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"web"}},{"apiVersion":"v1","kind":"Service","metadata":{"name":"drop"}},{"apiVersion":"v1","kind":"Service","metadata":{"name":"fl\u006fw"}}]}`,
+		"typed json":     `{"kind":"ServiceList","apiVersion":"v1","items":[{"metadata":{"name":"web"}},{"metadata":{"name":"drop"}},{"metadata":{"name":"flow"}}]}`,
+		"yaml documents": "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: drop\n---\n{apiVersion: v1, kind: Service, metadata: {name: flow}}\n",
+	} {
+		d, err := ReadDumpWith(t.Context(), strings.NewReader(in), DumpOptions{Keep: keep, Decode: decode})
+		require.NoError(t, err, name)
+		require.Len(t, d.Objects, 2, name)
+		assert.Equal(t, Object{APIVersion: "v1", Kind: "Service", Value: "v1 Service web"}, d.Objects[0], name)
+		assert.Equal(t, "v1 Service flow", d.Objects[1].Value, name)
+		assert.Equal(t, 1, d.Skipped, name)
+
+		_, err = ReadDumpWith(t.Context(), strings.NewReader(strings.Replace(in, "drop", "bad", 1)), DumpOptions{Keep: keep, Decode: decode})
+		require.ErrorIs(t, err, ErrDump, name)
+		assert.ErrorContains(t, err, "refused", name)
+		where := "document 1 item 1"
+		if name == "yaml documents" {
+			where = "document 2"
+		}
+		assert.ErrorContains(t, err, where, name)
 	}
 }
