@@ -48,7 +48,9 @@ const (
 	CodeCalicoDisabledPoolInUse Code = "calico-disabled-pool-in-use"
 	// CodeCalicoBlockOrphaned: an IPAM block is affine to a node that no longer exists.
 	CodeCalicoBlockOrphaned Code = "calico-block-orphaned"
-	// CodePodIPOutsidePools: a pod IP lies in no Calico pool.
+	// CodePodIPOutsidePools: a pod IP lies in no Calico pool and, unless
+	// Calico IPAM blocks were read (host-local IPAM may be in use), outside
+	// its node's podCIDRs.
 	CodePodIPOutsidePools Code = "pod-ip-outside-pools"
 	// CodeServiceIPOutsideRange: a ClusterIP lies outside every ServiceCIDR
 	// (or, when none was read, outside kube-apiserver's range).
@@ -525,9 +527,22 @@ func (d *diag) flannel() {
 		d.r.Repairs = append(d.r.Repairs, Repair{Code: CodeFlannelBackendMismatch, Node: n.Name, Annotation: keys.BackendType, From: n.BackendType, To: nc.Config.BackendType,
 			Commands: []string{
 				fmt.Sprintf("kubectl annotate node %s %s=%s --overwrite", n.Name, keys.BackendType, nc.Config.BackendType),
-				fmt.Sprintf("kubectl -n %s delete pod --field-selector spec.nodeName=%s -l app=flannel", nc.Namespace, n.Name),
+				restartFlannel(nc.Namespace, nc.Name, n.Name),
 			}})
 	}
+}
+
+// restartFlannel is the command that deletes the flannel pods of one node,
+// so that their DaemonSet starts them again. It selects them by what every
+// flannel pod has whatever its labels (app=flannel in the upstream
+// manifest, k8s-app=flannel or others elsewhere): the node, the namespace
+// and a volume of the ConfigMap holding net-conf.json. kubectl's
+// go-template reads the list as JSON, where a volume without configMap
+// has no such key.
+func restartFlannel(namespace, configMap, node string) string {
+	return fmt.Sprintf(`kubectl -n %[1]s get pods --field-selector spec.nodeName=%[3]s -o go-template='`+
+		`{{range $p := .items}}{{range $p.spec.volumes}}{{if .configMap}}{{if eq .configMap.name "%[2]s"}}{{$p.metadata.name}}{{"\n"}}{{end}}{{end}}{{end}}{{end}}'`+
+		` | xargs -r kubectl -n %[1]s delete pod`, namespace, configMap, node)
 }
 
 // ignoreLine is the warning flanneld with backend want logs for node n's lease.
@@ -590,6 +605,23 @@ func (d *diag) calico(pods bool) {
 			}
 		}
 	}
+	// With Calico IPAM (IPAM blocks in the snapshot) pods get addresses
+	// from the pools' blocks, so an address in no pool is wrong. Without
+	// blocks the CNI may use host-local IPAM (Calico with "ipam": {"type":
+	// "host-local", "subnet": "usePodCidr"}, canal, flannel), which gives
+	// pods addresses from their node's podCIDR: there, an address is wrong
+	// only when it lies in no pool and outside its node's podCIDRs.
+	var hostLocal map[string][]netip.Prefix
+	if len(d.s.IPAMBlocks) == 0 {
+		hostLocal = make(map[string][]netip.Prefix, len(d.s.Nodes))
+		for i := range d.s.Nodes {
+			for _, c := range nodecidr.PodCIDRsOf(&d.s.Nodes[i]) {
+				if p, _, err := cidr.ParseLenient(c); err == nil {
+					hostLocal[d.s.Nodes[i].Name] = append(hostLocal[d.s.Nodes[i].Name], p.Masked())
+				}
+			}
+		}
+	}
 	podsIn := map[string][]string{}
 	var outside []string
 	if pods && len(d.pools) > 0 {
@@ -609,7 +641,7 @@ func (d *diag) calico(pods bool) {
 						podsIn[p.p.Name] = append(podsIn[p.p.Name], ps.Namespace+"/"+ps.Name)
 					}
 				}
-				if !in {
+				if !in && (hostLocal == nil || !slices.ContainsFunc(hostLocal[ps.NodeName], func(p netip.Prefix) bool { return p.Contains(ip) })) {
 					outside = append(outside, ps.Namespace+"/"+ps.Name+" "+s)
 				}
 			}
@@ -624,8 +656,12 @@ func (d *diag) calico(pods bool) {
 			Fix:     "recreate the pods still on the pool, then delete it (calicopoolswap / migrate.CalicoPodCIDR)"})
 	}
 	if len(outside) > 0 {
+		nor := ""
+		if hostLocal != nil {
+			nor = " nor in their node's podCIDR"
+		}
 		d.add(DoctorFinding{Code: CodePodIPOutsidePools, Severity: cidr.SeverityError, Objects: podRefs(outside),
-			Message: fmt.Sprintf("%d pod address(es) lie in no Calico pool (%s): Calico does not route them", len(outside), short(outside)),
+			Message: fmt.Sprintf("%d pod address(es) lie in no Calico pool%s (%s): Calico does not route them", len(outside), nor, short(outside)),
 			Fix:     "restart the pods so that Calico gives them addresses from an enabled pool"})
 	}
 }
@@ -915,8 +951,9 @@ func (d *diag) podAndServiceRanges() []namedRange {
 }
 
 // fixPlan plans new podCIDRs for every broken node, from free space inside
-// flannel's Network or an enabled Calico pool when they are narrower than
-// the cluster CIDR.
+// flannel's Network when it is narrower than the cluster CIDR, and inside
+// the enabled Calico pools when any of them overlaps that range (all of
+// them, in order): never from a disabled pool.
 func (d *diag) fixPlan() {
 	needs := false
 	for _, f := range d.r.Findings {
@@ -928,27 +965,27 @@ func (d *diag) fixPlan() {
 	}
 	layout := d.layout
 	layout.ClusterCIDRs = slices.Clone(layout.ClusterCIDRs)
+	var within, excluded []netip.Prefix
 	for i, cl := range layout.ClusterCIDRs {
-		var space []netip.Prefix
 		if nc := d.netconf; nc != nil && nc.Config != nil {
-			space = append(space, nc.Config.Network, nc.Config.IPv6Network)
-		}
-		var enabled []netip.Prefix
-		for _, p := range d.pools {
-			if !p.p.AllocationStopped() && cidr.FamilyOf(p.prefix) == cidr.FamilyOf(cl) {
-				enabled = append(enabled, p.prefix)
+			for _, s := range []netip.Prefix{nc.Config.Network, nc.Config.IPv6Network} {
+				if s.IsValid() && cidr.FamilyOf(s) == cidr.FamilyOf(cl) && cidr.ContainsPrefix(cl, s) && s.Bits() <= layout.NodeMasks[i] {
+					layout.ClusterCIDRs[i] = s.Masked() // narrower: plan inside it
+				}
 			}
 		}
-		if len(enabled) == 1 {
-			space = append(space, enabled[0])
-		}
-		for _, s := range space {
-			if s.IsValid() && cidr.FamilyOf(s) == cidr.FamilyOf(cl) && cidr.ContainsPrefix(cl, s) && s.Bits() <= layout.NodeMasks[i] {
-				layout.ClusterCIDRs[i] = s.Masked() // narrower: plan inside it
+		for _, p := range d.pools {
+			if !p.p.AllocationStopped() && p.prefix.Overlaps(layout.ClusterCIDRs[i]) {
+				within = append(within, p.prefix)
 			}
 		}
 	}
-	plan, err := nodecidr.PlanNodes(d.s.Nodes, nodecidr.PlanOptions{Mode: nodecidr.ModeFix, Layout: layout})
+	for _, p := range d.pools {
+		if p.p.AllocationStopped() {
+			excluded = append(excluded, p.prefix)
+		}
+	}
+	plan, err := nodecidr.PlanNodes(d.s.Nodes, nodecidr.PlanOptions{Mode: nodecidr.ModeFix, Layout: layout, Within: within, Excluded: excluded})
 	switch {
 	case err != nil:
 		d.r.FixPlanError = err.Error()

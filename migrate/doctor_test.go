@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"text/template"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -286,7 +288,7 @@ func TestDiagnoseSeed001Chain(t *testing.T) {
 	require.Len(t, r.Repairs, 1)
 	assert.Equal(t, Repair{Code: CodeFlannelBackendMismatch, Node: "a", Annotation: "flannel.alpha.coreos.com/backend-type", From: "host-gw", To: "vxlan",
 		Commands: []string{"kubectl annotate node a flannel.alpha.coreos.com/backend-type=vxlan --overwrite",
-			"kubectl -n kube-flannel delete pod --field-selector spec.nodeName=a -l app=flannel"}}, r.Repairs[0])
+			restartFlannel("kube-flannel", "kube-flannel-cfg", "a")}}, r.Repairs[0])
 	assert.False(t, r.Healthy)
 }
 
@@ -397,4 +399,117 @@ func TestDiagnoseKubeProxyAgainstGivenFlags(t *testing.T) {
 	f := r.With(CodeKubeProxyClusterCIDRMismatch)[0]
 	assert.Contains(t, f.Message, "10.244.0.0/17")
 	assert.Contains(t, f.Message, "--cluster-cidr given")
+}
+
+// TestDiagnoseFixPlanSeveralPools: with several Calico pools, the fix plan
+// takes new subnets from the free space of every enabled pool, in order,
+// and never from a disabled one, though the cluster CIDR holds it.
+func TestDiagnoseFixPlanSeveralPools(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn[0] = dobj("crd.projectcalico.org/v1", "IPPool", "first", map[string]any{"cidr": "10.244.0.0/22"}) // a, b, c hold three of its four /24s
+	c.dyn = append(c.dyn,
+		dobj("crd.projectcalico.org/v1", "IPPool", "retired", map[string]any{"cidr": "10.244.4.0/22", "disabled": true}),
+		dobj("crd.projectcalico.org/v1", "IPPool", "second", map[string]any{"cidr": "10.244.8.0/23"}))
+	addBroken := func(c *doctorCluster) {
+		dup, bare1, bare2 := dnode("d", "10.244.0.0/24", "192.168.0.4"), dnode("e", "", "192.168.0.5"), dnode("f", "", "192.168.0.6")
+		bare1.Spec.PodCIDRs, bare2.Spec.PodCIDRs = nil, nil
+		c.nodes = append(c.nodes, dup, bare1, bare2)
+	}
+	addBroken(c)
+	checkFixes(t, c, "10.244.3.0/24", "10.244.8.0/24", "10.244.9.0/24")
+
+	// No enabled pool: the free space of the cluster CIDR, less the disabled pool.
+	c = newDoctorCluster()
+	c.dyn[0] = dobj("crd.projectcalico.org/v1", "IPPool", "retired", map[string]any{"cidr": "10.244.3.0/24", "disabled": true})
+	addBroken(c)
+	checkFixes(t, c, "10.244.4.0/24", "10.244.5.0/24", "10.244.6.0/24")
+}
+
+// checkFixes diagnoses c, live and offline, and checks the new podCIDRs of its fix plan.
+func checkFixes(t *testing.T, c *doctorCluster, want ...string) {
+	t.Helper()
+	for name, s := range map[string]*Snapshot{"live": c.live(t), "offline": readDump(t, c.dump(t))} {
+		r, err := Diagnose(context.Background(), s, DoctorOptions{Pods: true})
+		require.NoError(t, err, name)
+		require.NotNil(t, r.FixPlan, "%s: %s", name, r.FixPlanError)
+		var got []string
+		for _, st := range r.FixPlan.Steps {
+			got = append(got, st.NewPodCIDRs...)
+		}
+		assert.ElementsMatch(t, want, got, name)
+	}
+}
+
+// TestDiagnosePodIPHostLocal: without Calico IPAM blocks the CNI may use
+// host-local IPAM (Calico with usePodCidr, canal), which gives pods
+// addresses from their node's podCIDR: such an address is no
+// pod-ip-outside-pools finding, though it lies in no pool. An address in
+// neither is, and so is any address in no pool once blocks show Calico IPAM.
+func TestDiagnosePodIPHostLocal(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		blocks bool
+		podIP  string
+		want   bool
+	}{
+		{"host-local, in the node's podCIDR", false, "10.244.0.5", false},
+		{"host-local, outside the node's podCIDR", false, "10.244.1.5", true},
+		{"host-local, outside every range", false, "10.250.0.5", true},
+		{"calico-ipam, in the node's podCIDR", true, "10.244.0.5", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newDoctorCluster()
+			c.dynByName("default").Object["spec"] = map[string]any{"cidr": "172.16.0.0/16"} // Calico's default, unrelated to the podCIDRs
+			if !tc.blocks {
+				c.dyn = slices.DeleteFunc(c.dyn, func(o *unstructured.Unstructured) bool { return o.GetKind() == "IPAMBlock" })
+			}
+			c.pods[0].Status.PodIP = tc.podIP
+			for name, s := range map[string]*Snapshot{"live": c.live(t), "offline": readDump(t, c.dump(t))} {
+				r, err := Diagnose(context.Background(), s, DoctorOptions{Pods: true})
+				require.NoError(t, err, name)
+				fs := r.With(CodePodIPOutsidePools)
+				if !tc.want {
+					assert.Empty(t, fs, name)
+					continue
+				}
+				require.Len(t, fs, 1, name)
+				assert.Equal(t, []ObjectRef{{Kind: "Pod", Namespace: "default", Name: "web"}}, fs[0].Objects, name)
+			}
+		})
+	}
+}
+
+// TestRestartFlannelCommand runs the template of the repair's restart
+// command as kubectl does (a List read as JSON, missing keys allowed): it
+// names the pods on the node that mount net-conf.json's ConfigMap, whatever
+// their labels, and no other pod.
+func TestRestartFlannelCommand(t *testing.T) {
+	cmd := restartFlannel("kube-system", "kube-flannel-cfg", "n1")
+	require.True(t, strings.HasPrefix(cmd, "kubectl -n kube-system get pods --field-selector spec.nodeName=n1 -o go-template='"), cmd)
+	require.True(t, strings.HasSuffix(cmd, "' | xargs -r kubectl -n kube-system delete pod"), cmd)
+	assert.NotContains(t, cmd, " -l ", "no label selector")
+	_, rest, _ := strings.Cut(cmd, "go-template='")
+	tmpl, _, _ := strings.Cut(rest, "'")
+	pod := func(name string, labels map[string]string, vols ...corev1.Volume) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name, Labels: labels}, Spec: corev1.PodSpec{NodeName: "n1", Volumes: vols}}
+	}
+	cmVol := func(name string) corev1.Volume {
+		return corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}
+	}
+	run := corev1.Volume{Name: "run", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/flannel"}}}
+	list := corev1.PodList{Items: []corev1.Pod{
+		pod("kube-proxy-x", map[string]string{"k8s-app": "kube-proxy"}, cmVol("kube-proxy")),
+		pod("canal-x", map[string]string{"k8s-app": "canal"}, run, cmVol("kube-flannel-cfg")),
+		pod("etcd-n1", nil),
+		pod("kube-flannel-ds-y", map[string]string{"app": "flannel"}, cmVol("kube-flannel-cfg"), run),
+	}}
+	data, err := json.Marshal(list)
+	require.NoError(t, err)
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(data, &obj))
+	tp, err := template.New("output").Option("missingkey=default").Parse(tmpl)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	require.NoError(t, tp.Execute(&out, obj))
+	assert.Equal(t, "canal-x\nkube-flannel-ds-y\n", out.String())
 }

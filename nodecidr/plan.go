@@ -88,6 +88,13 @@ type PlanOptions struct {
 	// ModeFix: cluster CIDR(s) in order, node masks (0 means the default), and
 	// optionally the Service CIDR(s), whose subnets are never handed out.
 	Layout cidr.NodeIPAMLayout
+	// Within, when set, narrows where ModeAllocate and ModeFix take new
+	// subnets: only node subnets wholly inside one of these prefixes (the
+	// enabled Calico pools, say) are handed out, in each family that has
+	// one. Subnets overlapping Excluded (disabled Calico pools, say) never
+	// are. Neither changes the layout, which the plan records, nor the
+	// podCIDRs in use.
+	Within, Excluded []netip.Prefix
 }
 
 // Step is the change of one node.
@@ -295,7 +302,7 @@ func PlanNodes(nodes []corev1.Node, opts PlanOptions) (*Plan, error) {
 				return nil, err
 			}
 		}
-		if err := planLayout(p, all, selected, opts.Layout, opts.Mode == ModeAllocate); err != nil {
+		if err := planLayout(p, all, selected, opts, opts.Mode == ModeAllocate); err != nil {
 			return nil, err
 		}
 		flags = layoutFlags(opts.Layout)
@@ -571,7 +578,8 @@ func keepers(a *analysis, isSelected func(string) bool) map[*entry]bool {
 
 // planLayout plans ModeAllocate (strict: every entry must be in the layout
 // with its mask, every family present) and ModeFix (only broken nodes move).
-func planLayout(p *Plan, all, selected []*corev1.Node, layout cidr.NodeIPAMLayout, strict bool) error {
+func planLayout(p *Plan, all, selected []*corev1.Node, opts PlanOptions, strict bool) error {
+	layout := opts.Layout
 	a := analyze(all, layout)
 	sel := make(map[string]bool, len(selected))
 	for _, n := range selected {
@@ -597,6 +605,14 @@ func planLayout(p *Plan, all, selected []*corev1.Node, layout cidr.NodeIPAMLayou
 					allocs[i].Occupy(e.prefix, n.Name)
 				}
 			}
+		}
+	}
+	// Space outside Within, or in Excluded, is held as if in use.
+	for i, c := range layout.ClusterCIDRs {
+		fam := cidr.FamilyOf(c)
+		in := slices.DeleteFunc(slices.Clone(opts.Within), func(w netip.Prefix) bool { return !w.IsValid() || cidr.FamilyOf(w) != fam })
+		for _, u := range unusable(c.Masked(), maskAt(layout, i), in, opts.Excluded) {
+			allocs[i].Occupy(u, "")
 		}
 	}
 	var errs []error
@@ -679,6 +695,39 @@ func planLayout(p *Plan, all, selected []*corev1.Node, layout cidr.NodeIPAMLayou
 			ErrPlan, len(names), strings.Join(shown, ", "), more, maskAt(layout, i), layout.ClusterCIDRs[i], cidr.ErrFull))
 	}
 	return errors.Join(errs...)
+}
+
+// unusable returns the parts of p that hold no node subnet (of /mask)
+// lying wholly inside one of within (when any is given) and overlapping
+// none of excluded: p is halved until each half is wholly usable, wholly
+// unusable, or a single node subnet, which is then unusable.
+func unusable(p netip.Prefix, mask int, within, excluded []netip.Prefix) []netip.Prefix {
+	inside := len(within) == 0
+	touches := len(within) == 0
+	for _, w := range within {
+		inside = inside || cidr.ContainsPrefix(w, p)
+		touches = touches || w.Overlaps(p)
+	}
+	hit := false
+	for _, e := range excluded {
+		if e.IsValid() && e.Overlaps(p) {
+			if cidr.ContainsPrefix(e, p) {
+				return []netip.Prefix{p}
+			}
+			hit = true
+		}
+	}
+	switch {
+	case inside && !hit:
+		return nil
+	case !touches, p.Bits() >= mask:
+		return []netip.Prefix{p}
+	}
+	b := p.Addr().AsSlice()
+	b[p.Bits()/8] |= 0x80 >> (p.Bits() % 8) // the first address of the upper half
+	hi, _ := netip.AddrFromSlice(b)
+	return append(unusable(netip.PrefixFrom(p.Addr(), p.Bits()+1), mask, within, excluded),
+		unusable(netip.PrefixFrom(hi, p.Bits()+1), mask, within, excluded)...)
 }
 
 func lossReason(a *analysis, e *entry) string {

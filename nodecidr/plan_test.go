@@ -121,6 +121,29 @@ func TestPlanRebaseErrors(t *testing.T) {
 	}
 }
 
+// TestPlanFixWithin: new subnets come only from inside Within (every prefix
+// of it, in order, and in each family) and never from Excluded; a subnet
+// only partly inside is not handed out.
+func TestPlanFixWithin(t *testing.T) {
+	nodes := derefs(
+		node("a", cidrs("10.240.0.0/24", "fd00::/64")),
+		node("b", cidrs("10.240.0.0/24", "fd00::/64"), age(5)),
+		node("c", nil),
+		node("d", nil),
+	)
+	l := layout(t, "10.240.0.0/12,fd00::/48", 24, 64)
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l,
+		Within:   []netip.Prefix{netip.MustParsePrefix("10.240.0.0/23"), netip.MustParsePrefix("10.240.7.128/25"), netip.MustParsePrefix("10.241.0.0/22"), netip.MustParsePrefix("fd00:0:0:8000::/49")},
+		Excluded: []netip.Prefix{netip.MustParsePrefix("10.241.0.0/23"), netip.MustParsePrefix("fd00:0:0:8000::/64")}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{
+		"b": {"10.240.1.0/24", "fd00:0:0:8001::/64"}, "c": {"10.241.2.0/24", "fd00:0:0:8002::/64"}, "d": {"10.241.3.0/24", "fd00:0:0:8003::/64"},
+	}, stepsOf(p))
+	// Nothing left inside Within: the plan says so.
+	_, err = PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l, Within: []netip.Prefix{netip.MustParsePrefix("10.240.0.0/23")}})
+	assert.ErrorIs(t, err, cidr.ErrFull)
+}
+
 // The second story: duplicates and nodes without podCIDR; the node holding a
 // subnet longest keeps it, the others get the lowest free subnets, and nodes
 // without a podCIDR get theirs by a patch.
