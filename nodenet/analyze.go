@@ -374,6 +374,13 @@ func routeMatches(rt, want Route) bool {
 
 func (a *auditor) routes() {
 	exp, owner := a.expectedRoutes()
+	for _, rt := range a.s.routes {
+		if rt.Gw.IsValid() && rt.Dev != a.r.Bridge && contains(a.w.PodCIDR, rt.Dst) {
+			a.add(CodeRouteOwnSubnet, cidr.SeverityError, "route "+rt.Dst.String(),
+				fmt.Sprintf("%s sends traffic for this node's own podCIDR %s away from %s: this node's pods cannot be reached (a flanneld that still ran with the old lease took the node's new one for a peer's)", rt, a.w.PodCIDR, a.r.Bridge),
+				Action{Kind: ActionDeleteRoute, Route: &rt, Why: "delete " + rt.String()})
+		}
+	}
 	groups := map[netip.Prefix][]Route{}
 	for _, rt := range a.s.routes {
 		if a.relevantRoute(rt, exp) {

@@ -2,6 +2,7 @@ package nodenet
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,6 +186,41 @@ func TestAnalyzeRoutes(t *testing.T) {
 	r = analyze(w, s)
 	assert.Equal(t, []string{"subnet-env-subnet", "route-stale"}, codeList(r))
 	assert.Equal(t, "route 10.244.7.0/24", r.Findings[1].Object)
+}
+
+// TestAnalyzeRouteToOwnSubnet: a route through the VTEP to the node's own
+// podCIDR (left by a flanneld that still ran with the old lease when the
+// node got its new one) is an error, fixed by deleting it, whatever
+// PeersComplete says; the bridge's connected route is not.
+func TestAnalyzeRouteToOwnSubnet(t *testing.T) {
+	s := baseSnapshot()
+	s.vtep = &linkState{name: "flannel.1", addrs: []netip.Prefix{pfx("10.244.9.0/32")}}
+	own := Route{Dst: pfx("10.244.9.0/24"), Gw: addr("10.244.9.0"), Dev: "flannel.1", Onlink: true}
+	s.routes = []Route{{Dst: pfx("10.244.9.0/24"), Dev: "cni0"}, own}
+	for _, complete := range []bool{false, true} {
+		w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), PeersComplete: complete})
+		r := analyze(w, s)
+		require.Equal(t, []string{"route-own-subnet"}, codeList(r), "peers complete: %t", complete)
+		f := r.Findings[0]
+		assert.Equal(t, cidr.SeverityError, f.Severity)
+		require.Len(t, f.Fix, 1)
+		assert.Equal(t, ActionDeleteRoute, f.Fix[0].Kind)
+		assert.Equal(t, own, *f.Fix[0].Route)
+		plan, err := NewPlan(r)
+		require.NoError(t, err, "a plan may delete a stray route into the own podCIDR")
+		require.NoError(t, plan.Validate())
+		for _, edit := range []func(*Route){
+			func(rt *Route) { rt.Dev = "cni0" },      // the bridge's own route
+			func(rt *Route) { rt.Gw = netip.Addr{} }, // a device route
+		} {
+			bad := *plan
+			bad.Actions = slices.Clone(plan.Actions)
+			rt := *bad.Actions[0].Route
+			edit(&rt)
+			bad.Actions[0].Route = &rt
+			assert.ErrorIs(t, bad.Validate(), ErrInvalidPlan, "%s", rt)
+		}
+	}
 }
 
 // TestAnalyzeSubnetEnv: a missing or unreadable subnet.env is an error with

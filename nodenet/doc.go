@@ -109,7 +109,12 @@
 // `A via <node IP>`, exactly the transition route, when the old lease is
 // deleted after the route was added. Its host-gw route check only re-adds
 // its own routes. It never touches cni0 or the veth. In every case Audit
-// reports the missing entry and the next Apply puts it back.
+// reports the missing entry and the next Apply puts it back. A flanneld
+// still running with the old lease when the node gets its new podCIDR
+// takes the new lease for a peer's and routes the node's own new subnet
+// through the VTEP; the restarted flanneld skips its own lease and never
+// removes that route, which cuts off every new pod: Audit reports it as
+// route-own-subnet and Apply deletes it.
 //
 // The bridge's MAC should be pinned (the bridge plugin does), so it does not
 // change under the pods' ARP caches as ports come and go.

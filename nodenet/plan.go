@@ -385,7 +385,10 @@ func (p *Plan) validateAction(a *Action, field string) error {
 		if a.Route == nil || !a.Route.Dst.IsValid() || !a.Route.Dst.Addr().Is4() || a.Route.Dst.Masked() != a.Route.Dst {
 			return bad("route.dst", routeDst(a.Route), "must be a canonical IPv4 CIDR")
 		}
-		if a.Route.Dst.Overlaps(p.PodCIDR) {
+		// The only route into the node's own podCIDR a plan touches is one
+		// that leads away from the bridge through a gateway: it is deleted.
+		ownStray := a.Kind == ActionDeleteRoute && a.Route.Gw.Is4() && a.Route.Dev != p.Bridge && contains(p.PodCIDR, a.Route.Dst)
+		if a.Route.Dst.Overlaps(p.PodCIDR) && !ownStray {
 			return bad("route.dst", a.Route.Dst.String(), "overlaps the node's own podCIDR %s, which lives on the bridge", p.PodCIDR)
 		}
 		if a.Route.Dev != "" && !validIfName(a.Route.Dev) {

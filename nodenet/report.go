@@ -38,6 +38,12 @@ const (
 	// CodeRouteStale: a route into the pod network leads to a subnet no node
 	// holds.
 	CodeRouteStale Code = "route-stale"
+	// CodeRouteOwnSubnet: a route sends traffic for this node's own podCIDR
+	// through a gateway instead of the bridge. flanneld leaves one behind
+	// when it still ran with the node's old lease as the node got its new
+	// podCIDR (it took the new lease for a peer's), and the new flanneld
+	// skips its own lease, so it never removes it: new pods are cut off.
+	CodeRouteOwnSubnet Code = "route-own-subnet"
 	// CodeRouteDuplicate: several routes to the same subnet.
 	CodeRouteDuplicate Code = "route-duplicate"
 	// CodeReservationLeaked: a host-local reservation outside the podCIDR that
