@@ -489,7 +489,7 @@ func onlyDeferredLeft(ctx context.Context, want nodenet.Want) bool {
 func livePods(pods []corev1.Pod) []nodenet.Pod {
 	var out []nodenet.Pod
 	for _, p := range pods {
-		if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !ownAddress(&p) {
 			continue
 		}
 		for _, ip := range p.Status.PodIPs {
@@ -499,6 +499,12 @@ func livePods(pods []corev1.Pod) []nodenet.Pod {
 		}
 	}
 	return out
+}
+
+// ownAddress reports whether p holds an address of its own on its node:
+// not hostNetwork, not finished (a terminating pod still holds one).
+func ownAddress(p *corev1.Pod) bool {
+	return !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // lease returns the agent's Lease, created if missing, renewed.

@@ -102,9 +102,19 @@ type FlannelPodCIDROptions struct {
 	// cidr.DefaultNodeMaskIPv4).
 	NodeMask int
 	// HealthTimeout bounds the wait for a moved node to be Ready with its
-	// pods running (default 2m); PollInterval is the period of the waits
+	// pods running (default 2m), and in MakeBeforeBreak the wait for one old
+	// pod's eviction and its end; PollInterval is the period of the waits
 	// (default 1s).
 	HealthTimeout, PollInterval time.Duration
+	// MakeBeforeBreak moves each node without cutting off its pods: after
+	// the node has its new podCIDR, every node's host agent sets up the
+	// transition (the moved node keeps answering for its old subnet, every
+	// other node routes it through the moved node's new VTEP or address),
+	// the pods holding old addresses are replaced one at a time through
+	// the Eviction API (PodDisruptionBudgets respected), and once none is
+	// left the transition is torn down. It needs host agents on every node
+	// (Runner.Agents); see the doc of FlannelPodCIDRMigration.
+	MakeBeforeBreak bool
 }
 
 // FlannelPodCIDRIntent is what a FlannelPodCIDR migration records in its
@@ -114,6 +124,8 @@ type FlannelPodCIDRIntent struct {
 	To           netip.Prefix `json:"to"`
 	RewriteNodes bool         `json:"rewriteNodes"`
 	NodeRange    netip.Prefix `json:"nodeRange,omitzero"`
+	// MakeBeforeBreak is the mode the nodes move in.
+	MakeBeforeBreak bool `json:"makeBeforeBreak,omitempty"`
 }
 
 // FlannelPodCIDRMigration widens a kube-subnet-manager flannel cluster's
@@ -140,6 +152,13 @@ type FlannelPodCIDRIntent struct {
 //     for a person), a rolling restart of flannel's DaemonSets so every
 //     flanneld reads the new Network, and a final verification.
 //
+// With MakeBeforeBreak the node moves of steps 1 and 4 keep each node's
+// pods reachable instead of deleting them: the host agents hold the old
+// subnet through a transition on every node, the old pods are evicted one
+// at a time under their PodDisruptionBudgets, and the transition is torn
+// down once no pod holds an old address; a pod that cannot be evicted
+// pauses the run.
+//
 // Prepare checks, before the first write, every input and what later steps
 // need: the journal's intent and node plans, From against net-conf.json,
 // every node's podCIDR inside the Network in use, the net-conf.json
@@ -157,6 +176,7 @@ type FlannelPodCIDRMigration struct {
 
 	mu     sync.Mutex
 	manual []string // bare pods left for a person
+	notes  []string // what the make-before-break hooks did, for the step report
 }
 
 // FlannelPodCIDR returns the migration for o, checking the options that
@@ -280,9 +300,9 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 			return nil, err
 		}
 		if haveIntent {
-			if st.To != m.to || (from.IsValid() && st.From != from) || st.RewriteNodes != m.o.RewriteNodes || st.NodeRange != m.nodeRange {
-				return nil, inputf("--journal %s records a move %s -> %s (rewrite-nodes %t, node-range %s); rerun with those flags or use another journal",
-					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange))
+			if st.To != m.to || (from.IsValid() && st.From != from) || st.RewriteNodes != m.o.RewriteNodes || st.NodeRange != m.nodeRange || st.MakeBeforeBreak != m.o.MakeBeforeBreak {
+				return nil, inputf("--journal %s records a move %s -> %s (rewrite-nodes %t, node-range %s, make-before-break %t); rerun with those flags or use another journal",
+					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange), st.MakeBeforeBreak)
 			}
 			from = st.From
 		}
@@ -333,6 +353,9 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 	if err := m.preflight(ctx, env); err != nil {
 		return nil, err
 	}
+	if err := m.mbbPreflight(ctx); err != nil {
+		return nil, err
+	}
 	if m.j != nil {
 		for _, c := range []struct {
 			key string
@@ -350,7 +373,7 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 		}
 	}
 	return &Prepared{
-		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange},
+		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange, MakeBeforeBreak: m.o.MakeBeforeBreak},
 		Steps: []Step{
 			StepFunc{StepName: FlannelStepFix, StepTitle: "give nodes with duplicate or missing podCIDRs a free subnet", DoFunc: m.fixPodCIDRs},
 			StepFunc{StepName: FlannelStepNetwork, StepTitle: "widen net-conf.json Network", DoFunc: m.setNetwork, DoneFunc: m.networkSet},
@@ -561,6 +584,10 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 		sr.Addf("warning: %s", w)
 	}
 	if m.mode == ModePlan {
+		if m.o.MakeBeforeBreak {
+			sr.Addf("each node then (make-before-break): restart its flannel pod, have every node's host agent keep its old subnet reachable, evict its pods holding old addresses one at a time (PodDisruptionBudgets respected), wait until it is Ready and its pods run, then have the agents tear the transition down")
+			return nil
+		}
 		sr.Addf("each node then: restart its flannel pod, delete its controller-owned pods, wait until it is Ready and its pods run")
 		return nil
 	}
@@ -587,7 +614,10 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 	for _, b := range m.manual {
 		sr.Addf("restart by hand (no controller would recreate it): %s", b)
 	}
-	m.manual = nil
+	for _, n := range m.notes {
+		sr.Addf("%s", n)
+	}
+	m.manual, m.notes = nil, nil
 	m.mu.Unlock()
 	return err
 }
@@ -600,10 +630,15 @@ func flListOrNone(s []string) string {
 }
 
 // hooks run after each moved node: restart its flannel pod, restart its
-// workload pods, then wait for it to be healthy before the next node.
+// workload pods, then wait for it to be healthy before the next node (in
+// MakeBeforeBreak, mbbHooks).
 func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
+	restartFlannelPod := nodecidr.DeleteNodePods(m.o.Kube, nodecidr.DeletePodsOptions{Namespace: m.o.Namespace, LabelSelector: m.o.FlannelSelector, IncludeHostNetwork: true})
+	if m.o.MakeBeforeBreak {
+		return m.mbbHooks(restartFlannelPod)
+	}
 	hooks := []nodecidr.Hook{
-		nodecidr.DeleteNodePods(m.o.Kube, nodecidr.DeletePodsOptions{Namespace: m.o.Namespace, LabelSelector: m.o.FlannelSelector, IncludeHostNetwork: true}),
+		restartFlannelPod,
 		{
 			Name: "restart-pods",
 			Permissions: []nodecidr.Permission{
@@ -620,11 +655,16 @@ func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
 			Run:         m.agentOnMovedNode,
 		})
 	}
-	return append(hooks, nodecidr.Hook{
+	return append(hooks, m.healthHook())
+}
+
+// healthHook waits until the moved node is Ready and its pods run.
+func (m *FlannelPodCIDRMigration) healthHook() nodecidr.Hook {
+	return nodecidr.Hook{
 		Name:        "health-check",
 		Permissions: []nodecidr.Permission{{Verb: "get", Resource: "nodes"}, {Verb: "list", Resource: "pods"}},
 		Run:         m.waitHealthy,
-	})
+	}
 }
 
 func flNodePods(ctx context.Context, kube kubernetes.Interface, node string) ([]corev1.Pod, error) {
@@ -953,10 +993,16 @@ func flHostPlans(cfg flannel.Config, namespace, selector string, plans ...*nodec
 	return out
 }
 
-// HostWants returns the pod network every node's host must hold at the
-// end of the migration, as the node agents get it: its podCIDR in the new
-// Network, every other node as a peer (its podCIDR and flannel public IP),
-// the old Network, and, for a moved node, the subnet it left.
+// HostWants returns the pod network every node's host must hold, as the
+// node agents get it: its podCIDR in the new Network, every other node as
+// a peer (its podCIDR and flannel public IP), the old Network, and, for a
+// moved node, the subnet it left. While live pods on a moved node still
+// hold addresses in a subnet it left, that subnet is listed in the node's
+// Peer.OldPodCIDRs in every other node's want (so each keeps a route to
+// it), and is the moved node's OldPodCIDR (so it keeps the transition);
+// once no live pod holds one, it is listed nowhere and the agents tear the
+// transition down. A subnet another node holds now (a duplicate podCIDR
+// being fixed) is never listed for the node that left it.
 func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want, error) {
 	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
 	if err != nil {
@@ -965,6 +1011,10 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 	left := map[string]netip.Prefix{}
 	for _, h := range m.HostPlans() {
 		left[h.Node] = h.From
+	}
+	held, err := m.heldOldSubnets(ctx, nodes)
+	if err != nil {
+		return nil, err
 	}
 	backend := nodenet.BackendVXLAN
 	if m.nc != nil && m.nc.Config != nil && m.nc.Config.BackendType == nodenet.BackendHostGW {
@@ -983,6 +1033,11 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 		if old, ok := left[n.Name]; ok && old.IsValid() && old != pc {
 			w.OldPodCIDR = old
 		}
+		if h := held[n.Name]; len(h) > 0 && !slices.Contains(h, w.OldPodCIDR) {
+			// Its live pods hold an address of a subnet it left in an
+			// earlier step (fix, then rebase): that one keeps the transition.
+			w.OldPodCIDR = h[len(h)-1]
+		}
 		if backend == nodenet.BackendVXLAN {
 			var bd struct{ VtepMAC string }
 			if json.Unmarshal([]byte(n.BackendData), &bd) == nil {
@@ -991,12 +1046,55 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 		}
 		for _, p := range nodes {
 			if ppc, ok := flIPv4(p.PodCIDRs); ok && p.Name != n.Name {
-				w.Peers = append(w.Peers, nodenet.Peer{Name: p.Name, PodCIDR: ppc, PublicIP: p.PublicIP})
+				w.Peers = append(w.Peers, nodenet.Peer{Name: p.Name, PodCIDR: ppc, OldPodCIDRs: slices.Clone(held[p.Name]), PublicIP: p.PublicIP})
 			}
 		}
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// heldOldSubnets returns, per node, the subnets the node-moving steps took
+// from it (in the order they did) in which a live pod on it still holds an
+// address, leaving out the node's podCIDR and any subnet a node holds now.
+func (m *FlannelPodCIDRMigration) heldOldSubnets(ctx context.Context, nodes []flannel.Node) (map[string][]netip.Prefix, error) {
+	var current []netip.Prefix
+	for _, n := range nodes {
+		if pc, ok := flIPv4(n.PodCIDRs); ok {
+			current = append(current, pc)
+		}
+	}
+	olds := map[string][]netip.Prefix{}
+	for _, n := range nodes {
+		for _, o := range m.leftSubnets(n.Name) {
+			if !slices.ContainsFunc(current, func(c netip.Prefix) bool { return c.Overlaps(o) }) {
+				olds[n.Name] = append(olds[n.Name], o)
+			}
+		}
+	}
+	if len(olds) == 0 {
+		return nil, nil
+	}
+	pods, err := m.o.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods that may hold old subnets' addresses: %w", err)
+	}
+	byNode := map[string][]corev1.Pod{}
+	for _, p := range pods.Items {
+		if _, moved := olds[p.Spec.NodeName]; moved {
+			byNode[p.Spec.NodeName] = append(byNode[p.Spec.NodeName], p)
+		}
+	}
+	held := map[string][]netip.Prefix{}
+	for node, subs := range olds {
+		live := livePods(byNode[node])
+		for _, o := range subs {
+			if slices.ContainsFunc(live, func(p nodenet.Pod) bool { return o.Contains(p.IP) }) {
+				held[node] = append(held[node], o)
+			}
+		}
+	}
+	return held, nil
 }
 
 func flIPv4(ps []netip.Prefix) (netip.Prefix, bool) {

@@ -151,6 +151,7 @@ func TestBadInput(t *testing.T) {
 		{"node-range too small", []string{"--network", "10.240.0.0/12", "--rewrite-nodes", "--node-range", "10.240.0.0/17"}, "at least /16"},
 		{"ipv6", []string{"--network", "fd00::/48"}, "only an IPv4 Network"},
 		{"extra arg", []string{"--network", "10.240.0.0/12", "foo"}, "unexpected argument"},
+		{"make-before-break without agents", []string{"--network", "10.240.0.0/12", "--make-before-break"}, "--make-before-break needs --agents"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +164,18 @@ func TestBadInput(t *testing.T) {
 			assert.Equal(t, netConf, e.netConf(t), "bad input changes nothing")
 		})
 	}
+}
+
+// --make-before-break with --agents refuses, before the first write, a
+// cluster where a node with a podCIDR runs no agent.
+func TestMakeBeforeBreakNeedsRunningAgents(t *testing.T) {
+	e := newEnv(t)
+	code, out, errOut := e.run(t, "--network", "10.240.0.0/12", "--make-before-break", "--agents", "--apply", "--journal", filepath.Join(t.TempDir(), "j"))
+	assert.Equal(t, exitBad, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "no host agent runs on node(s) w1, w2, w3")
+	assert.Equal(t, netConf, e.netConf(t), "bad input changes nothing")
+	assert.Equal(t, "10.244.1.0/24", e.node(t, "w3").Spec.PodCIDR, "no node moved")
 }
 
 func TestPlanModeChangesNothing(t *testing.T) {

@@ -1,0 +1,454 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/nodecidr"
+)
+
+// The make-before-break mode of the FlannelPodCIDR migration
+// (FlannelPodCIDROptions.MakeBeforeBreak). After a node has its new podCIDR
+// and its flannel pod was restarted, per node and in order:
+//
+//  1. transition: the wants of every node (HostWants) are published to
+//     every node's agent at once. The moved node keeps answering for the
+//     subnet it left while live pods hold its addresses (nodenet's
+//     transition), and every other node routes that subnet through the
+//     moved node's new VTEP (vxlan) or address (host-gw).
+//  2. replace-pods: the node's controller-owned pods holding old
+//     addresses are evicted one at a time through the Eviction API, so
+//     PodDisruptionBudgets set the pace: a refusal (429) is retried with
+//     backoff, and each evicted pod is waited for until it is gone. A pod
+//     that cannot be replaced within HealthTimeout stops the run for the
+//     operator (a Pause: exit 3 in the runbook), naming the pods still on
+//     old addresses and the `kubectl rollout restart` that replaces them.
+//     A rerun tries again; a rerun with Continue after that pause goes on
+//     and leaves them on their old addresses, still reachable.
+//  3. health-check, as without MakeBeforeBreak.
+//  4. teardown: the wants are published again. HostWants lists an old
+//     subnet only while the API shows a live pod holding one of its
+//     addresses, so the peers drop their routes to it only then; the moved
+//     node's agent deletes the transition itself once its complete list of
+//     live pods holds none (nodenet re-checks before it does).
+//
+// Each hook is idempotent: a run killed anywhere resumes through nodecidr's
+// journal, which runs a node's hooks again until they all passed.
+
+// mbbPausedKey is the journal key recording that replace-pods paused on a
+// node: only then does Continue let the run go on with the node's pods on
+// their old addresses.
+const mbbPausedKey = "mbb-paused/"
+
+// mbbPreflight checks what MakeBeforeBreak needs before the first write:
+// host agents, and in ModeApply a running one on every node with a podCIDR
+// (a node without one would keep no route to the others' old subnets).
+func (m *FlannelPodCIDRMigration) mbbPreflight(ctx context.Context) error {
+	if !m.o.MakeBeforeBreak {
+		return nil
+	}
+	if m.agents == nil {
+		return inputf("--make-before-break needs --agents: every node's host agent (examples/nodenet-agent) keeps the old subnets reachable while their pods are replaced")
+	}
+	if m.mode != ModeApply {
+		return nil
+	}
+	m.agents.defaults()
+	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
+	if err != nil {
+		return err
+	}
+	var without []string
+	for _, n := range nodes {
+		if _, ok := flIPv4(n.PodCIDRs); !ok {
+			continue
+		}
+		present, err := m.agents.Present(ctx, n.Name)
+		if err != nil {
+			return err
+		}
+		if !present {
+			without = append(without, n.Name)
+		}
+	}
+	if len(without) > 0 {
+		return inputf("--make-before-break: no host agent runs on node(s) %s (no Lease %s<node> in namespace %s renewed recently); start examples/nodenet-agent on every node, or move without --make-before-break",
+			strings.Join(without, ", "), AgentLeasePrefix, m.agents.Namespace)
+	}
+	return nil
+}
+
+// mbbHooks are the per-node hooks of MakeBeforeBreak, after the flannel
+// pod's restart.
+func (m *FlannelPodCIDRMigration) mbbHooks(restartFlannelPod nodecidr.Hook) []nodecidr.Hook {
+	agentPerms := []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}}
+	return []nodecidr.Hook{
+		restartFlannelPod,
+		{Name: "transition", Permissions: agentPerms, Run: m.mbbPublish},
+		{
+			Name: "replace-pods",
+			Permissions: []nodecidr.Permission{
+				{Verb: "list", Resource: "pods"},
+				{Verb: "get", Resource: "pods"},
+				{Verb: "create", Resource: "pods", Subresource: "eviction"},
+			},
+			Run: m.replaceOldPods,
+		},
+		m.healthHook(),
+		{Name: "transition-teardown", Permissions: agentPerms, Run: m.mbbTeardown},
+	}
+}
+
+// mbbPublish publishes every node's want (HostWants) to its agent, all at
+// once, and waits for their reports. Nodes without a running agent are
+// named in the step report (mbbPreflight refused them at the start).
+func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.Node) error {
+	if m.agents == nil || m.mode != ModeApply {
+		return nil
+	}
+	wants, err := m.HostWants(ctx)
+	if err != nil {
+		return err
+	}
+	m.agents.defaults() // once, before the goroutines read it
+	var wg sync.WaitGroup
+	errs := make([]error, len(wants))
+	for i, w := range wants {
+		present, err := m.agents.Present(ctx, w.Node)
+		if err != nil {
+			return err
+		}
+		if !present {
+			m.note(fmt.Sprintf("node %s: no host agent runs there; it keeps no route to the old subnets of moved nodes", w.Node))
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.agents.Apply(ctx, w); err != nil {
+				errs[i] = fmt.Errorf("after node %s moved: %w", node.Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	var kept []string
+	for _, w := range wants {
+		for _, p := range w.Peers {
+			if len(p.OldPodCIDRs) > 0 && !slices.Contains(kept, p.Name) {
+				kept = append(kept, p.Name)
+			}
+		}
+	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("host wants published", "after", node.Name, "nodes", len(wants), "keepingOldSubnetsOf", kept)
+	return nil
+}
+
+// mbbTeardown publishes the wants again once the node's pods were replaced:
+// the old subnets no live pod holds any more are listed nowhere, so the
+// peers drop their routes to them. It then waits, within the agents'
+// Timeout, for the moved node's agent to report the transition gone
+// (converged); a node still deferred is noted, its agent retries.
+func (m *FlannelPodCIDRMigration) mbbTeardown(ctx context.Context, node *corev1.Node) error {
+	if m.agents == nil || m.mode != ModeApply {
+		return nil
+	}
+	if err := m.mbbPublish(ctx, node); err != nil {
+		return err
+	}
+	old, err := m.oldPodsOn(ctx, node.Name)
+	if err != nil {
+		return err
+	}
+	if len(old) > 0 {
+		m.note(fmt.Sprintf("node %s: the transition stays while %d pod(s) hold old addresses: %s", node.Name, len(old), strings.Join(podList(old), ", ")))
+		return nil
+	}
+	deadline := m.agents.Now().Add(m.agents.Timeout)
+	for {
+		st, err := m.agents.Status(ctx, node.Name)
+		if err == nil && st != nil && st.Phase == HostConverged {
+			m.note(fmt.Sprintf("node %s: no pod holds an old address; transition torn down (host agent generation %d converged)", node.Name, st.Generation))
+			return nil
+		}
+		if !m.agents.Now().Before(deadline) {
+			m.note(fmt.Sprintf("node %s: no pod holds an old address, but its host agent has not converged within %s; it retries", node.Name, m.agents.Timeout))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(m.agents.PollInterval):
+		}
+	}
+}
+
+func (m *FlannelPodCIDRMigration) note(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notes = append(m.notes, s)
+}
+
+// leftSubnets are the IPv4 subnets the node-moving steps took from node.
+func (m *FlannelPodCIDRMigration) leftSubnets(node string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range []*nodecidr.Plan{m.fixPlan, m.rebasePlan} {
+		if p == nil {
+			continue
+		}
+		for _, st := range p.Steps {
+			if st.Node != node {
+				continue
+			}
+			for _, s := range st.OldPodCIDRs {
+				if o, _, err := cidr.ParseLenient(s); err == nil && o.Addr().Is4() && !slices.Contains(out, o) {
+					out = append(out, o)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// oldPodsOn returns node's live pods (terminating ones included) holding
+// an address in a subnet the node left.
+func (m *FlannelPodCIDRMigration) oldPodsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+	left := m.leftSubnets(node)
+	if len(left) == 0 {
+		return nil, nil
+	}
+	pods, err := flNodePods(ctx, m.o.Kube, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods {
+		if !ownAddress(&p) {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			a, err := netip.ParseAddr(ip.IP)
+			if err == nil && slices.ContainsFunc(left, func(o netip.Prefix) bool { return o.Contains(a) }) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func podList(pods []corev1.Pod) []string {
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
+// replaceOldPods evicts the moved node's controller-owned pods that hold
+// old addresses, one at a time: each eviction is retried while the API
+// refuses it (429, a PodDisruptionBudget), and the pod is waited for until
+// it is gone before the next one; an old pod already terminating (evicted
+// by a run that was killed) is waited for too. A pod not replaced within
+// HealthTimeout pauses the run (see mbbPause).
+func (m *FlannelPodCIDRMigration) replaceOldPods(ctx context.Context, node *corev1.Node) error {
+	if m.mode == ModePlan {
+		return nil
+	}
+	log := logr.FromContextOrDiscard(ctx).WithValues("node", node.Name)
+	acked := false
+	if m.mode == ModeApply && m.o.Continue {
+		var at time.Time
+		ok, err := m.j.Get(mbbPausedKey+node.Name, &at)
+		if err != nil {
+			return err
+		}
+		acked = ok
+	}
+	tried := map[types.UID]bool{}
+	for {
+		old, err := m.oldPodsOn(ctx, node.Name)
+		if err != nil {
+			return err
+		}
+		var next, ending *corev1.Pod
+		for i := range old {
+			p := &old[i]
+			if p.DeletionTimestamp != nil && ending == nil {
+				ending = p // evicted (by an earlier run too): wait for its end
+			}
+			ok, manual := flRestartable(p)
+			if manual && !tried[p.UID] {
+				tried[p.UID] = true
+				m.mu.Lock()
+				m.manual = append(m.manual, p.Namespace+"/"+p.Name+" on "+node.Name+" (it keeps an old address; the transition stays for it)")
+				m.mu.Unlock()
+			}
+			if ok && next == nil && (m.mode == ModeApply || !tried[p.UID]) {
+				next = p
+			}
+		}
+		if ending != nil && m.mode == ModeApply && !acked {
+			why, err := m.waitGone(ctx, ending)
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				return m.mbbPause(ctx, node.Name, why)
+			}
+			continue
+		}
+		if next == nil {
+			return nil
+		}
+		if acked {
+			m.note(fmt.Sprintf("node %s: --continue after the pause: %s keep their old addresses; the transition stays for them", node.Name, strings.Join(podList(old), ", ")))
+			return nil
+		}
+		tried[next.UID] = true
+		why, err := m.evict(ctx, next)
+		if err != nil {
+			return err
+		}
+		if why == "" && m.mode == ModeApply {
+			why, err = m.waitGone(ctx, next)
+			if err != nil {
+				return err
+			}
+		}
+		if why != "" {
+			return m.mbbPause(ctx, node.Name, why)
+		}
+		log.V(1).Info("old pod replaced", "pod", next.Namespace+"/"+next.Name)
+		if m.mode == ModeApply {
+			m.note(fmt.Sprintf("node %s: evicted %s/%s (old address %s)", node.Name, next.Namespace, next.Name, next.Status.PodIP))
+		}
+	}
+}
+
+// evict asks the Eviction API to evict p, retrying with backoff (from
+// PollInterval, doubling, at most 16 times it) while the API answers 429
+// (a PodDisruptionBudget allows no disruption now), until HealthTimeout.
+// It returns why it gave up ("" once evicted or gone).
+func (m *FlannelPodCIDRMigration) evict(ctx context.Context, p *corev1.Pod) (string, error) {
+	uid := p.UID
+	ev := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	}
+	if m.mode == ModeServerDryRun {
+		ev.DeleteOptions.DryRun = []string{metav1.DryRunAll}
+	}
+	deadline := time.Now().Add(m.o.HealthTimeout)
+	wait := m.o.PollInterval
+	refusals := 0
+	for {
+		err := m.o.Kube.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		switch {
+		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			return "", nil
+		case !apierrors.IsTooManyRequests(err):
+			return "", fmt.Errorf("evicting pod %s/%s (uid %s) on node %s: %w", p.Namespace, p.Name, uid, p.Spec.NodeName, err)
+		}
+		refusals++
+		if m.mode != ModeApply || !time.Now().Add(wait).Before(deadline) {
+			return fmt.Sprintf("the eviction of %s/%s was refused %d time(s) within %s: %s", p.Namespace, p.Name, refusals, m.o.HealthTimeout, oneLine(err.Error())), nil
+		}
+		logr.FromContextOrDiscard(ctx).V(1).Info("eviction refused, retrying", "pod", p.Namespace+"/"+p.Name, "after", wait, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 16*m.o.PollInterval)
+	}
+}
+
+// waitGone waits until the evicted pod p (this UID) is gone, within
+// HealthTimeout; it returns why it gave up.
+func (m *FlannelPodCIDRMigration) waitGone(ctx context.Context, p *corev1.Pod) (string, error) {
+	deadline := time.Now().Add(m.o.HealthTimeout)
+	for {
+		cur, err := m.o.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID):
+			return "", nil
+		case err != nil:
+			return "", fmt.Errorf("waiting for evicted pod %s/%s on node %s to end: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("evicted pod %s/%s still exists after %s", p.Namespace, p.Name, m.o.HealthTimeout), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(m.o.PollInterval):
+		}
+	}
+}
+
+// mbbPause stops the run for the operator: the pods still holding old
+// addresses on node, with the command that replaces each at its
+// controller's pace. It journals the pause, so a rerun with Continue goes
+// on without them.
+func (m *FlannelPodCIDRMigration) mbbPause(ctx context.Context, node, why string) error {
+	old, err := m.oldPodsOn(ctx, node)
+	if err != nil {
+		return err
+	}
+	var instr []string
+	var cmds []string
+	for i := range old {
+		p := &old[i]
+		instr = append(instr, fmt.Sprintf("pod %s/%s on node %s still holds the old address %s", p.Namespace, p.Name, node, p.Status.PodIP))
+		if c := m.rolloutCommand(ctx, p); c != "" && !slices.Contains(cmds, c) {
+			cmds = append(cmds, c)
+		}
+	}
+	instr = append(instr, cmds...)
+	if m.mode == ModeApply {
+		if err := m.j.Put(mbbPausedKey+node, time.Now().UTC()); err != nil {
+			return err
+		}
+	}
+	return &Pause{Instructions: instr, Observed: why,
+		Resume: "rerun the same command: it evicts what is left and goes on once no pod on node " + node + " holds an old address; add --continue to go on with them on their old addresses (the transition keeps them reachable and stays until they are gone)"}
+}
+
+// rolloutCommand is the command that replaces p at its controller's pace:
+// `kubectl rollout restart` of its Deployment or StatefulSet, else the
+// eviction of the pod itself.
+func (m *FlannelPodCIDRMigration) rolloutCommand(ctx context.Context, p *corev1.Pod) string {
+	c := metav1.GetControllerOf(p)
+	switch {
+	case c == nil:
+		return ""
+	case c.Kind == "StatefulSet":
+		return fmt.Sprintf("kubectl -n %s rollout restart statefulset/%s", p.Namespace, c.Name)
+	case c.Kind == "ReplicaSet":
+		if rs, err := m.o.Kube.AppsV1().ReplicaSets(p.Namespace).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
+			if d := metav1.GetControllerOf(rs); d != nil && d.Kind == "Deployment" {
+				return fmt.Sprintf("kubectl -n %s rollout restart deployment/%s", p.Namespace, d.Name)
+			}
+		}
+	}
+	return fmt.Sprintf("kubectl -n %s delete pod %s   # its %s %s recreates it", p.Namespace, p.Name, c.Kind, c.Name)
+}
