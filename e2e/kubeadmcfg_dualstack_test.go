@@ -67,20 +67,7 @@ func TestKubeadmcfgDualStackPodSubnetMove(t *testing.T) {
 		_, err := cs.CoreV1().Nodes().Create(ctx, harness.KwokNode(name, nil), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	before := map[string][]string{}
-	poll(t, time.Minute, "a podCIDR per family on every node", func(ctx context.Context) error {
-		for _, name := range nodes {
-			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if len(n.Spec.PodCIDRs) != 2 {
-				return fmt.Errorf("node %s: podCIDRs %v", name, n.Spec.PodCIDRs)
-			}
-			before[name] = n.Spec.PodCIDRs
-		}
-		return nil
-	})
+	before := nodeE2EWaitPairs(t, cs, nodes)
 
 	s, err := kubeadmcfg.Read(ctx, cs, kubeadmcfg.ReadOptions{ManifestDir: manifests, Nodes: true})
 	require.NoError(t, err)

@@ -588,3 +588,24 @@ func mustIndex(t *testing.T, nodeName string) int {
 	require.NoError(t, err, "node name %s", nodeName)
 	return i
 }
+
+// nodeE2EWaitPairs waits until every named node has one podCIDR per family
+// and returns them by node.
+func nodeE2EWaitPairs(t *testing.T, cs kubernetes.Interface, names []string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	poll(t, time.Minute, "a podCIDR per family on every node", func(ctx context.Context) error {
+		for _, name := range names {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(n.Spec.PodCIDRs) != 2 {
+				return fmt.Errorf("node %s: podCIDRs %v", name, n.Spec.PodCIDRs)
+			}
+			out[name] = n.Spec.PodCIDRs
+		}
+		return nil
+	})
+	return out
+}

@@ -136,18 +136,7 @@ func TestServiceCIDRDualStackControlPlane(t *testing.T) {
 		require.NoError(t, err)
 	}
 	seen := map[netip.Prefix]string{}
-	poll(t, time.Minute, "every node has a podCIDR per family", func(ctx context.Context) error {
-		for _, n := range names {
-			node, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if len(node.Spec.PodCIDRs) != 2 {
-				return fmt.Errorf("node %s: podCIDRs %v", n, node.Spec.PodCIDRs)
-			}
-		}
-		return nil
-	})
+	nodeE2EWaitPairs(t, cs, names)
 	for _, n := range names {
 		node, err := cs.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 		require.NoError(t, err)
