@@ -28,6 +28,10 @@ type snapshot struct {
 	proxies []netip.Addr
 	// routes are the main table's IPv4 unicast routes.
 	routes []Route
+	// neighbours are the VTEP's IPv4 neighbour entries, fdbDefaults the
+	// destinations of its default (all-zeros MAC) FDB entries (vxlan).
+	neighbours  []neighbour
+	fdbDefaults []netip.Addr
 	// chains maps "table/chain" to its rules; a missing chain is absent.
 	chains map[string][]Rule
 	// cniFile is the CNI config used ("" when none parses); cniBad lists the
@@ -116,6 +120,7 @@ func analyze(w Want, s *snapshot) *Report {
 	a.bridge()
 	a.transition()
 	a.vtep()
+	a.standby()
 	a.routes()
 	a.reservations()
 	a.rules()
@@ -349,7 +354,7 @@ func (a *auditor) relevantRoute(rt Route, exp map[netip.Prefix]Route) bool {
 	if _, ok := exp[rt.Dst]; ok {
 		return true
 	}
-	if rt.Dev == a.r.Bridge || contains(a.w.PodCIDR, rt.Dst) || rt.Dst == a.w.Network || rt.Dst.Bits() == 0 {
+	if rt.Dev == a.r.Bridge || contains(a.w.PodCIDR, rt.Dst) || rt.Dst == a.w.Network || rt.Dst.Bits() == 0 || a.inNextPodCIDR(rt.Dst) {
 		return false
 	}
 	// The node's own old subnet, routed to a device (the old gateway routed
@@ -397,9 +402,25 @@ func (a *auditor) routes() {
 		}
 	}
 	slices.SortFunc(dsts, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr())*64 + x.Bits() - y.Bits() })
+	standby := a.standbyRoutes()
 	for _, d := range dsts {
 		rts, want := groups[d], exp[d]
 		obj := "route " + d.String()
+		if sb, ok := standby[d]; ok {
+			i := slices.IndexFunc(rts, func(rt Route) bool { return isStandby(rt, sb) })
+			if i < 0 {
+				a.add(CodeStandbyMissing, cidr.SeverityError, obj,
+					fmt.Sprintf("%s is about to move: %s must stand by for its pods, whose route flanneld drops when the node is re-created", owner[d], sb),
+					Action{Kind: ActionSetRoute, Route: &sb, Why: "add the standby route " + sb.String()})
+			} else {
+				rts = slices.Delete(slices.Clone(rts), i, i+1)
+			}
+			if len(rts) == 0 {
+				// flanneld already dropped its own route (the node's delete
+				// was seen): the standby carries the traffic.
+				continue
+			}
+		}
 		if _, ok := exp[d]; !ok {
 			for _, rt := range rts {
 				if !a.w.PeersComplete {
@@ -489,8 +510,8 @@ func judged(r Rule) bool {
 // isPeerSubnet reports whether p is inside a subnet some peer holds.
 func (a *auditor) isPeerSubnet(p netip.Prefix) bool {
 	for _, peer := range a.w.Peers {
-		for _, s := range append([]netip.Prefix{peer.PodCIDR}, peer.OldPodCIDRs...) {
-			if s.Overlaps(p) {
+		for _, s := range append([]netip.Prefix{peer.PodCIDR, peer.NextPodCIDR}, peer.OldPodCIDRs...) {
+			if s.IsValid() && s.Overlaps(p) {
 				return true
 			}
 		}

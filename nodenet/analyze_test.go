@@ -188,6 +188,70 @@ func TestAnalyzeRoutes(t *testing.T) {
 	assert.Equal(t, "route 10.244.7.0/24", r.Findings[1].Object)
 }
 
+// TestAnalyzeStandby: a peer about to move gets the standby (route at
+// StandbyMetric beside flanneld's, neighbour entry of its next VTEP
+// address, default FDB entry to its address); a route into its next subnet
+// is flanneld's and never stale; flanneld's own route gone, the standby
+// alone is enough; a default FDB entry to a peer that lists nothing old is
+// left over, one to an address no peer has is not nodenet's.
+func TestAnalyzeStandby(t *testing.T) {
+	s := baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\n")
+	s.vtep = &linkState{name: "flannel.1", addrs: []netip.Prefix{pfx("10.244.9.0/32")}}
+	flanneld := Route{Dst: pfx("10.244.5.0/24"), Gw: addr("10.244.5.0"), Dev: "flannel.1", Onlink: true}
+	next := Route{Dst: pfx("10.244.7.0/24"), Gw: addr("10.244.7.0"), Dev: "flannel.1", Onlink: true}
+	s.routes = []Route{flanneld, next}
+	peer := Peer{Name: "n2", PodCIDR: pfx("10.244.5.0/24"), NextPodCIDR: pfx("10.244.7.0/24"), PublicIP: addr("192.0.2.12"), VTEPMAC: "6E:00:00:00:05:00"}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Peers: []Peer{peer}, PeersComplete: true})
+	r := analyze(w, s)
+	require.Equal(t, []string{"standby-missing", "standby-missing", "standby-missing"}, codeList(r), "%v", r.Findings)
+	plan, err := NewPlan(r)
+	require.NoError(t, err)
+	sb := Route{Dst: pfx("10.244.5.0/24"), Gw: addr("10.244.7.0"), Dev: "flannel.1", Onlink: true, Metric: StandbyMetric}
+	assert.Equal(t, []Action{
+		{Kind: ActionSetNeighbour, Object: "neighbour 10.244.7.0", Link: "flannel.1", IP: addr("10.244.7.0"), MAC: "6e:00:00:00:05:00", Why: "ip neigh replace 10.244.7.0 lladdr 6e:00:00:00:05:00 dev flannel.1 nud permanent"},
+		{Kind: ActionSetFDB, Object: "fdb 00:00:00:00:00:00 dst 192.0.2.12", Link: "flannel.1", IP: addr("192.0.2.12"), MAC: zeroMAC, Why: "bridge fdb append 00:00:00:00:00:00 dev flannel.1 dst 192.0.2.12"},
+		{Kind: ActionSetRoute, Object: "route 10.244.5.0/24", Route: &sb, Why: "add the standby route " + sb.String()},
+	}, plan.Actions)
+
+	// In place, with flanneld's route or without it: nothing to do.
+	s.neighbours = []neighbour{{ip: addr("10.244.7.0"), mac: "6e:00:00:00:05:00", permanent: true}}
+	s.fdbDefaults = []netip.Addr{addr("192.0.2.12")}
+	s.routes = []Route{flanneld, sb, next}
+	assert.Empty(t, codeList(analyze(w, s)))
+	s.routes = []Route{sb}
+	assert.Empty(t, codeList(analyze(w, s)))
+	// A learned (not permanent) or other entry for the next VTEP address
+	// is not the standby's.
+	s.neighbours[0].permanent = false
+	assert.Equal(t, []string{"standby-missing"}, codeList(analyze(w, s)))
+	s.neighbours[0].permanent = true
+
+	// Moved: the standby route is the route to the old subnet; the FDB
+	// entry stays while the old subnet is listed.
+	w.Peers = []Peer{{Name: "n2", PodCIDR: pfx("10.244.7.0/24"), OldPodCIDRs: []netip.Prefix{pfx("10.244.5.0/24")}, PublicIP: addr("192.0.2.12")}}
+	s.routes = []Route{sb, next}
+	assert.Empty(t, codeList(analyze(w, s)))
+	// Done: the route and the FDB entry go; a default entry to an address
+	// no peer has stays.
+	w.Peers[0].OldPodCIDRs = nil
+	s.fdbDefaults = append(s.fdbDefaults, addr("198.51.100.7"))
+	r = analyze(w, s)
+	assert.Equal(t, []string{"standby-left", "route-stale"}, codeList(r))
+	assert.Equal(t, "fdb 00:00:00:00:00:00 dst 192.0.2.12", r.Findings[0].Object)
+
+	// host-gw: the standby is a second route through the peer's address.
+	s = baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\n")
+	s.routes = []Route{{Dst: pfx("10.244.5.0/24"), Gw: addr("192.0.2.12"), Dev: "eth0"}}
+	w = mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW, Peers: []Peer{peer}, PeersComplete: true})
+	r = analyze(w, s)
+	require.Equal(t, []string{"standby-missing"}, codeList(r))
+	assert.Equal(t, Route{Dst: pfx("10.244.5.0/24"), Gw: addr("192.0.2.12"), Metric: StandbyMetric}, *r.Findings[0].Fix[0].Route)
+	s.routes = append(s.routes, Route{Dst: pfx("10.244.5.0/24"), Gw: addr("192.0.2.12"), Dev: "eth0", Metric: StandbyMetric})
+	assert.Empty(t, codeList(analyze(w, s)))
+}
+
 // TestAnalyzeRouteToOwnSubnet: a route through the VTEP to the node's own
 // podCIDR (left by a flanneld that still ran with the old lease when the
 // node got its new one) is an error, fixed by deleting it, whatever
@@ -309,6 +373,30 @@ func TestPlanValidate(t *testing.T) {
 			p.Actions[6].Rule.Spec = []string{"-s", "10.244.0.0/16", "!", "-d", "224.0.0.0/4", "-j", "MASQUERADE"}
 		}},
 		{"old range overlaps", "plan.oldPodCIDRs[0]", func(p *Plan) { p.OldPodCIDRs = []netip.Prefix{pfx("10.244.8.0/23")} }},
+		{"neighbour on the bridge", "plan.actions[0].link", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionSetNeighbour, "cni0", "10.244.7.0", "6e:00:00:00:05:00")}
+		}},
+		{"neighbour in the podCIDR", "plan.actions[0].ip", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionSetNeighbour, "flannel.1", "10.244.9.4", "6e:00:00:00:05:00")}
+		}},
+		{"neighbour all zeros", "plan.actions[0].mac", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionSetNeighbour, "flannel.1", "10.244.7.0", zeroMAC)}
+		}},
+		{"fdb for a MAC", "plan.actions[0].mac", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionSetFDB, "flannel.1", "192.0.2.12", "6e:00:00:00:05:00")}
+		}},
+		{"fdb delete for a MAC", "plan.actions[0].mac", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionDeleteFDB, "flannel.1", "192.0.2.12", "6e:00:00:00:05:00")}
+		}},
+		{"fdb IPv6", "plan.actions[0].ip", func(p *Plan) { p.Actions = []Action{standbyAction(ActionSetFDB, "flannel.1", "fd00::1", zeroMAC)} }},
+		{"fdb retires", "plan.actions[0].retires", func(p *Plan) {
+			a := standbyAction(ActionDeleteFDB, "flannel.1", "192.0.2.12", zeroMAC)
+			a.Retires = []netip.Prefix{pfx("10.244.3.0/24")}
+			p.Actions = []Action{a}
+		}},
+		{"fdb delete before a route", "plan.actions[1].kind", func(p *Plan) {
+			p.Actions = []Action{standbyAction(ActionDeleteFDB, "flannel.1", "192.0.2.12", zeroMAC), p.Actions[3]}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := validPlan()
@@ -320,6 +408,10 @@ func TestPlanValidate(t *testing.T) {
 			assert.Equal(t, tc.field, fe.Field, "%v", err)
 		})
 	}
+}
+
+func standbyAction(kind ActionKind, link, ip, mac string) Action {
+	return Action{Kind: kind, Object: "x", Why: "x", Link: link, IP: netip.MustParseAddr(ip), MAC: mac}
 }
 
 // TestNewPlanDeferral: actions that take away a range a live pod uses are

@@ -146,6 +146,12 @@ func (h *host) do(a *Action, pods []Pod) (Status, string, error) {
 		return h.setTransition(a)
 	case ActionDeleteTransition:
 		return h.deleteTransition(a, pods)
+	case ActionSetNeighbour:
+		return h.setNeighbour(a)
+	case ActionSetFDB:
+		return h.setFDB(a)
+	case ActionDeleteFDB:
+		return h.deleteFDB(a)
 	}
 	return "", "", fmt.Errorf("unknown action kind %q", a.Kind)
 }

@@ -381,6 +381,22 @@ func (n *testNode) state() string {
 	for _, r := range n.routeLines() {
 		fmt.Fprintf(&b, "route %s\n", r)
 	}
+	// Permanent neighbour entries and vxlan FDB entries (with a remote):
+	// what flanneld and the standby set; learned entries come and go.
+	for _, l := range links {
+		for _, fam := range []int{netlink.FAMILY_V4, syscall.AF_BRIDGE} {
+			ns, err := n.nl.NeighList(l.Attrs().Index, fam)
+			require.NoError(n.t, err)
+			for _, e := range ns {
+				if fam == netlink.FAMILY_V4 && e.State&netlink.NUD_PERMANENT != 0 && e.Flags&netlink.NTF_PROXY == 0 {
+					fmt.Fprintf(&b, "neigh %s lladdr %s dev %s\n", e.IP, e.HardwareAddr, l.Attrs().Name)
+				}
+				if fam == syscall.AF_BRIDGE && e.IP != nil {
+					fmt.Fprintf(&b, "fdb %s dst %s dev %s\n", e.HardwareAddr, e.IP, l.Attrs().Name)
+				}
+			}
+		}
+	}
 	n.ipt(func(ipt *iptables.IPTables) error {
 		for _, table := range []string{tableNAT, tableFilter} {
 			chains, err := ipt.ListChains(table)

@@ -66,6 +66,21 @@
 //     Peer.OldPodCIDRs, a route to A via the node's new VTEP address
 //     (vxlan, `A via C.0 dev flannel.1 onlink`) or its node IP (host-gw).
 //
+// The standby, before the move. A podCIDR only changes by deleting and
+// re-creating the Node, and flanneld on every other node forgets A at the
+// delete (its route, A.0's neighbour entry and the FDB entry of the node's
+// VTEP MAC) and learns C at the re-creation. A Want whose Peer lists a
+// NextPodCIDR C (set by a runbook right before the delete) makes every other
+// node stand by for A: `A via C.0 dev flannel.1 onlink metric 1`
+// (StandbyMetric) beside flanneld's metric-0 route, a permanent neighbour
+// entry C.0 -> the peer's VTEPMAC, and a default FDB entry (all-zeros MAC)
+// to the peer's address, so frames for a MAC flanneld has just deleted
+// still reach the node; with host-gw, `A via <node IP> metric 1`. flanneld's
+// delete names its own next hop and MAC, so it leaves all of these alone.
+// After the re-creation the standby route is the transition route above;
+// the default FDB entry stays while the peer lists old subnets and goes
+// with them (standby-left). Findings: standby-missing, standby-left.
+//
 // Audit reports the transition as transition-active (an error, so Verify
 // does not pass, with its teardown planned and deferred) and a missing part
 // as old-gateway-missing (neither the bridge nor the transition serves A.1:

@@ -443,6 +443,9 @@ func (h *host) snapshot() (*snapshot, error) {
 		if s.vtep, err = h.linkState(w.VTEP); err != nil {
 			return nil, err
 		}
+		if s.neighbours, s.fdbDefaults, err = h.standbyState(w.VTEP); err != nil {
+			return nil, err
+		}
 	}
 	if s.chains, err = h.rules(); err != nil {
 		return nil, err

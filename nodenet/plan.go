@@ -22,8 +22,9 @@ type ActionKind string
 
 // The actions. A plan runs them in this order, except that set-transition
 // runs right after set-mac, a set-address that keeps the old gateway on the
-// transition veth right after it, and a set-address that takes the bridge's
-// old gateway away last of all.
+// transition veth right after it, set-neighbour and set-fdb right before
+// set-route, delete-fdb right after delete-route, and a set-address that
+// takes the bridge's old gateway away last of all.
 const (
 	// ActionWriteSubnetEnv rewrites FLANNEL_NETWORK and FLANNEL_SUBNET in
 	// subnet.env (atomically, keeping the other variables).
@@ -58,6 +59,16 @@ const (
 	// routes of Remove, then the veth pair) once no live pod holds an
 	// address in the old subnets it serves (Retires).
 	ActionDeleteTransition ActionKind = "delete-transition"
+	// ActionSetNeighbour makes IP resolve to MAC on the VTEP, permanently:
+	// the standby's entry for a peer's next VTEP address.
+	ActionSetNeighbour ActionKind = "set-neighbour"
+	// ActionSetFDB appends the VTEP's default FDB entry (MAC all zeros) to
+	// the peer address IP: the standby's path for frames whose MAC flanneld
+	// has just forgotten.
+	ActionSetFDB ActionKind = "set-fdb"
+	// ActionDeleteFDB deletes the default FDB entry to IP once the peer
+	// lists no subnet it is leaving or has left.
+	ActionDeleteFDB ActionKind = "delete-fdb"
 )
 
 // phase orders actions so the node's pods stay reachable: new state first
@@ -73,21 +84,25 @@ func (a *Action) phase() int {
 		return 2
 	case ActionSetAddress:
 		if len(a.Retires) > 0 {
-			return 10
+			return 12
 		}
 		return 3
-	case ActionSetRoute:
+	case ActionSetNeighbour, ActionSetFDB:
 		return 4
-	case ActionInsertRule:
+	case ActionSetRoute:
 		return 5
-	case ActionReleaseReservation:
+	case ActionInsertRule:
 		return 6
-	case ActionDeleteRule:
+	case ActionReleaseReservation:
 		return 7
-	case ActionDeleteRoute:
+	case ActionDeleteRule:
 		return 8
-	case ActionDeleteTransition:
+	case ActionDeleteRoute:
 		return 9
+	case ActionDeleteFDB:
+		return 10
+	case ActionDeleteTransition:
+		return 11
 	}
 	return -1
 }
@@ -118,8 +133,9 @@ type Action struct {
 	// Deferred, set by NewPlan, says why Apply will skip the action now.
 	Deferred string `json:"deferred,omitempty"`
 
-	// Link is the device (set-address, set-mac; the transition veth that
-	// holds the old gateway for set-transition and delete-transition).
+	// Link is the device (set-address, set-mac; the VTEP for set-neighbour,
+	// set-fdb and delete-fdb; the transition veth that holds the old gateway
+	// for set-transition and delete-transition).
 	Link string `json:"link,omitempty"`
 	// Peer is the transition veth's other end, kept down
 	// (set-transition, delete-transition).
@@ -128,7 +144,9 @@ type Action struct {
 	// Add, delete-transition lists in Remove what the veth held).
 	Add    netip.Prefix   `json:"add,omitzero"`
 	Remove []netip.Prefix `json:"remove,omitempty"`
-	// MAC and OldMAC are the new and the current MAC (set-mac).
+	// MAC and OldMAC are the new and the current MAC (set-mac); MAC is also
+	// the neighbour's MAC (set-neighbour) and the FDB entry's, all zeros
+	// (set-fdb, delete-fdb).
 	MAC    string `json:"mac,omitempty"`
 	OldMAC string `json:"oldMAC,omitempty"`
 	// Route is the route to set or delete; Replaces the route a set-route
@@ -141,7 +159,9 @@ type Action struct {
 	Rule   *Rule    `json:"rule,omitempty"`
 	Anchor []string `json:"anchor,omitempty"`
 	// Path is the reservation file or subnet.env; IP and ContainerID the
-	// reservation's address and owner as read.
+	// reservation's address and owner as read. IP is also the neighbour's
+	// address (set-neighbour) and the FDB entry's destination (set-fdb,
+	// delete-fdb).
 	Path        string     `json:"path,omitempty"`
 	IP          netip.Addr `json:"ip,omitzero"`
 	ContainerID string     `json:"containerID,omitempty"`
@@ -321,7 +341,7 @@ func (p *Plan) Validate() error {
 			return bad(field+".kind", string(a.Kind), "is not an action nodenet knows")
 		}
 		if a.phase() < last {
-			return bad(field+".kind", string(a.Kind), "is out of order: actions run subnet.env, MAC, transition set-up, address, route, rule insert, reservation, rule delete, route delete, transition teardown, then the bridge's old address")
+			return bad(field+".kind", string(a.Kind), "is out of order: actions run subnet.env, MAC, transition set-up, address, neighbour and FDB, route, rule insert, reservation, rule delete, route delete, FDB delete, transition teardown, then the bridge's old address")
 		}
 		last = a.phase()
 		for j, r := range a.Retires {
@@ -414,6 +434,8 @@ func (p *Plan) validateAction(a *Action, field string) error {
 		}
 	case ActionSetTransition, ActionDeleteTransition:
 		return p.validateTransition(a, field)
+	case ActionSetNeighbour, ActionSetFDB, ActionDeleteFDB:
+		return p.validateStandby(a, field)
 	case ActionReleaseReservation:
 		if !a.IP.Is4() || p.PodCIDR.Contains(a.IP) {
 			return bad("ip", addrString(a.IP), "must be an IPv4 address outside the podCIDR %s", p.PodCIDR)

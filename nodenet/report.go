@@ -92,6 +92,15 @@ const (
 	// pods are gone. Reported (and deleted) when PeersComplete is false;
 	// with the complete list of peers such a route is CodeRouteStale.
 	CodeTransitionRouteLeft Code = "transition-route-left"
+	// CodeStandbyMissing: a peer lists a NextPodCIDR (it is about to be
+	// re-created with it) and the standby for its pods is missing here: the
+	// route to its PodCIDR at StandbyMetric, and with vxlan the neighbour
+	// entry of its next VTEP address or the VTEP's default FDB entry to its
+	// address (the FDB entry also while it lists OldPodCIDRs).
+	CodeStandbyMissing Code = "standby-missing"
+	// CodeStandbyLeft: the VTEP's default FDB entry to a listed peer that
+	// lists no subnet it is leaving or has left: deleted.
+	CodeStandbyLeft Code = "standby-left"
 	// CodeCNIConfigMissing: CNIConfDir holds no CNI config; defaults are
 	// assumed. A warning.
 	CodeCNIConfigMissing Code = "cni-config-missing"

@@ -100,9 +100,19 @@ type Peer struct {
 	// keeps a route to them through the peer's new VTEP (vxlan) or address
 	// (host-gw) until they are empty.
 	OldPodCIDRs []netip.Prefix `json:"oldPodCIDRs,omitempty"`
+	// NextPodCIDR is the podCIDR the peer is about to take: its Node is
+	// re-created with it next, while its pods keep their PodCIDR addresses
+	// (make-before-break). Every node then keeps a standby for PodCIDR
+	// (StandbyMetric; see standby.go), so the pods stay reachable while
+	// flanneld forgets PodCIDR and learns NextPodCIDR.
+	NextPodCIDR netip.Prefix `json:"nextPodCIDR,omitzero"`
 	// PublicIP is its flannel public IP (underlay address), required for
-	// host-gw, where routes lead to it.
+	// host-gw, where routes lead to it. With vxlan the standby's default FDB
+	// entry leads to it.
 	PublicIP netip.Addr `json:"publicIP,omitzero"`
+	// VTEPMAC is the MAC of its VTEP (its backend-data VtepMAC), required
+	// with vxlan when NextPodCIDR is set.
+	VTEPMAC string `json:"vtepMAC,omitempty"`
 }
 
 // Pod is a live pod on the node. At least one of IP and ContainerID is set.
@@ -242,9 +252,15 @@ func (w Want) normalize() (Want, error) {
 		}
 		names[p.Name] = true
 		subnets := append([]netip.Prefix{p.PodCIDR}, p.OldPodCIDRs...)
+		if p.NextPodCIDR.IsValid() {
+			subnets = append(subnets, p.NextPodCIDR)
+		}
 		for j, s := range subnets {
 			sf := field + ".PodCIDR"
-			if j > 0 {
+			switch {
+			case j > len(p.OldPodCIDRs):
+				sf = field + ".NextPodCIDR"
+			case j > 0:
 				sf = field + ".OldPodCIDRs[" + strconv.Itoa(j-1) + "]"
 			}
 			if err := prefix(sf, s, true); err != nil {
@@ -262,6 +278,19 @@ func (w Want) normalize() (Want, error) {
 		}
 		if w.Backend == BackendHostGW && !p.PublicIP.Is4() {
 			return bad(field+".PublicIP", addrString(p.PublicIP), "must be the peer's IPv4 underlay address: host-gw routes lead to it")
+		}
+		if p.PublicIP.IsValid() && !p.PublicIP.Is4() {
+			return bad(field+".PublicIP", p.PublicIP.String(), "must be an IPv4 address")
+		}
+		if p.VTEPMAC != "" {
+			mac, err := net.ParseMAC(p.VTEPMAC)
+			if err != nil || len(mac) != 6 || mac.String() == zeroMAC {
+				return bad(field+".VTEPMAC", p.VTEPMAC, "must be an Ethernet MAC such as 6e:2b:1c:40:9a:01")
+			}
+			w.Peers[i].VTEPMAC = mac.String()
+		}
+		if p.NextPodCIDR.IsValid() && w.Backend == BackendVXLAN && p.VTEPMAC == "" {
+			return bad(field+".VTEPMAC", "", "is required with NextPodCIDR %s: the standby route leads to %s, which must resolve to the peer's VTEP MAC", p.NextPodCIDR, p.NextPodCIDR.Addr())
 		}
 	}
 	if err := checkPods("Want.LivePods", w.LivePods); err != nil {

@@ -56,6 +56,24 @@ func TestWantNormalize(t *testing.T) {
 			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24")}, {Name: "c", PodCIDR: pfx("10.244.2.0/24"), OldPodCIDRs: []netip.Prefix{pfx("10.244.1.0/24")}}}
 		}, ErrInvalidInput, "Want.Peers[1].OldPodCIDRs[0]", `"10.244.1.0/24"`},
 		{"host-gw peer without IP", func(w *Want) { w.Backend, w.Peers = BackendHostGW, []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24")}} }, ErrInvalidInput, "Want.Peers[0].PublicIP", `""`},
+		{"next overlaps a peer", func(w *Want) {
+			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24")}, {Name: "c", PodCIDR: pfx("10.244.2.0/24"), NextPodCIDR: pfx("10.244.1.0/24"), VTEPMAC: "6e:00:00:00:02:00"}}
+		}, ErrInvalidInput, "Want.Peers[1].NextPodCIDR", `"10.244.1.0/24"`},
+		{"next overlaps node", func(w *Want) {
+			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24"), NextPodCIDR: pfx("10.244.9.0/24"), VTEPMAC: "6e:00:00:00:02:00"}}
+		}, ErrInvalidInput, "Want.Peers[0].NextPodCIDR", `"10.244.9.0/24"`},
+		{"next without the peer's MAC", func(w *Want) {
+			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24"), NextPodCIDR: pfx("10.244.2.0/24")}}
+		},
+			ErrInvalidInput, "Want.Peers[0].VTEPMAC", "NextPodCIDR 10.244.2.0/24"},
+		{"peer MAC all zeros", func(w *Want) {
+			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24"), VTEPMAC: "00:00:00:00:00:00"}}
+		},
+			ErrInvalidInput, "Want.Peers[0].VTEPMAC", `"00:00:00:00:00:00"`},
+		{"peer IPv6 address", func(w *Want) {
+			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24"), PublicIP: netip.MustParseAddr("fd00::1")}}
+		},
+			ErrInvalidInput, "Want.Peers[0].PublicIP", `"fd00::1"`},
 		{"pod without IP or ID", func(w *Want) { w.LivePods = []Pod{{Name: "x"}} }, ErrInvalidInput, "Want.LivePods[0]", `"x"`},
 		{"pod IPv6", func(w *Want) { w.LivePods = []Pod{{IP: netip.MustParseAddr("fd00::1")}} }, ErrInvalidInput, "Want.LivePods[0].IP", `"fd00::1"`},
 		{"pod ID", func(w *Want) { w.LivePods = []Pod{{ContainerID: "../x"}} }, ErrInvalidInput, "Want.LivePods[0].ContainerID", `"../x"`},
