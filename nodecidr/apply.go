@@ -205,6 +205,14 @@ type ApplyOptions struct {
 	EmptyStatus bool
 	// Hooks run per node after it is verified (and uncordoned).
 	Hooks []Hook
+	// BeforeDelete hooks run per re-created node right before its backup
+	// and delete (after the cordon), with the node as it is then, and again
+	// whenever the delete is retried: they must be idempotent and must not
+	// change that node (its delete is conditional on its resourceVersion).
+	// A failing one leaves the node as it was (cordoned, with Cordon).
+	// Nodes that are only patched, and a node a resumed run finds deleted
+	// already, do not run them.
+	BeforeDelete []Hook
 	// OnEvent receives progress; calls are serialised.
 	OnEvent func(Event)
 	// Retry tunes the backoff for transient API errors.
@@ -312,7 +320,7 @@ func RequiredPermissions(opts ApplyOptions) []Permission {
 			out = append(out, Permission{Verb: v, Resource: "configmaps", Namespace: ns})
 		}
 	}
-	for _, h := range opts.Hooks {
+	for _, h := range slices.Concat(opts.BeforeDelete, opts.Hooks) {
 		for _, p := range h.Permissions {
 			if !slices.Contains(out, p) {
 				out = append(out, p)
@@ -399,7 +407,7 @@ func Apply(ctx context.Context, client kubernetes.Interface, plan *Plan, opts Ap
 	if opts.ClusterJournal != nil && opts.Lock == nil {
 		return nil, fmt.Errorf("%w: a cluster journal needs a Lock: only the holder of the lock may write it", ErrInvalidOptions)
 	}
-	for i, h := range opts.Hooks {
+	for i, h := range slices.Concat(opts.BeforeDelete, opts.Hooks) {
 		if h.Run == nil {
 			return nil, fmt.Errorf("%w: hook %d (%s) has no Run", ErrInvalidOptions, i, h.Name)
 		}
@@ -882,6 +890,9 @@ func (r *runner) describe(s *Step, cur *corev1.Node) {
 		if r.opts.Cordon && cur != nil && !cur.Spec.Unschedulable {
 			ev(PhaseCordoned, "would cordon")
 		}
+		for _, h := range r.opts.BeforeDelete {
+			ev(PhaseHook, "would run hook "+h.Name+" before the delete")
+		}
 		ev(PhaseBackedUp, "would write the full Node to the journal")
 		ev(PhaseDeleted, "would delete uid "+string(cur.UID))
 		ev(PhaseCreated, "would create it with podCIDRs "+cidrList(s.NewPodCIDRs)+" (was "+cidrList(s.OldPodCIDRs)+")")
@@ -1039,6 +1050,17 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if !r.dry() {
+		for _, h := range r.opts.BeforeDelete {
+			if err := r.checkLock(s.Node); err != nil {
+				return err
+			}
+			if err := h.Run(ctx, cur.DeepCopy()); err != nil {
+				return fmt.Errorf("hook %s before deleting node %s (the node was not deleted; apply again to rerun it): %w", h.Name, s.Node, err)
+			}
+			r.emit(Event{Node: s.Node, Phase: PhaseHook, Message: h.Name + " (before the delete)"})
+		}
 	}
 	if err := r.checkLock(s.Node); err != nil {
 		return err

@@ -788,3 +788,63 @@ func TestApplyNodeDeletedSinceList(t *testing.T) {
 	_, ok = st.Backup("w1")
 	assert.False(t, ok)
 }
+
+// TestApplyBeforeDeleteHooks: a BeforeDelete hook runs once per re-created
+// node, after its cordon and before its delete, seeing the node with its
+// old podCIDR still in the API; one that fails stops the run with that node
+// neither deleted nor backed up; a rerun runs it again and moves the node.
+func TestApplyBeforeDeleteHooks(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	dir := t.TempDir()
+	rec := record(c)
+	var seen []string
+	fail := "w2"
+	hook := Hook{Name: "standby", Permissions: []Permission{{Verb: "patch", Resource: "nodes"}}, Run: func(ctx context.Context, n *corev1.Node) error {
+		cur, err := c.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		seen = append(seen, fmt.Sprintf("%s=%s unschedulable=%t writes=%d", n.Name, cur.Spec.PodCIDR, cur.Spec.Unschedulable, len(rec.writes())))
+		if n.Name == fail {
+			return errors.New("agents did not answer")
+		}
+		return nil
+	}}
+	opts := ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, BeforeDelete: []Hook{hook}, Retry: fastRetry()}
+	assert.Contains(t, RequiredPermissions(opts), Permission{Verb: "patch", Resource: "nodes"})
+	_, err := Apply(ctxT(t), c, p, opts)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hook standby before deleting node w2 (the node was not deleted")
+	assert.Equal(t, []string{"w1=10.10.1.0/24 unschedulable=true writes=1", "w2=10.10.2.0/24 unschedulable=true writes=4"}, seen)
+	w2, ok := s.Node("w2")
+	require.True(t, ok)
+	assert.Equal(t, orig[2].UID, w2.UID, "w2 was not deleted")
+	assert.NotContains(t, rec.writes(), "delete w2")
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	_, backedUp := st.Backup("w2")
+	assert.False(t, backedUp, "no backup of a node whose hook failed")
+
+	fail, seen = "", nil
+	_, err = Apply(ctxT(t), c, p, opts)
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	assert.Len(t, seen, 3, "w2 (again), w3, master1: %v", seen)
+	assert.True(t, strings.HasPrefix(seen[0], "w2=10.10.2.0/24 "), "%v", seen)
+
+	// A dry run only names it.
+	c2, _ := newCluster(storyOne()...)
+	var ev events
+	_, err = Apply(ctxT(t), c2, rebasePlan(t, c2), ApplyOptions{DryRun: DryRunClient, BeforeDelete: []Hook{hook}, OnEvent: ev.add})
+	require.NoError(t, err)
+	assert.Len(t, seen, 3, "a dry run runs no hook")
+	var msgs []string
+	for _, e := range ev.all {
+		if e.Node == "w1" {
+			msgs = append(msgs, e.Message)
+		}
+	}
+	assert.Contains(t, msgs, "would run hook standby before the delete")
+}
