@@ -592,9 +592,10 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 		return nil
 	}
 	opts := nodecidr.ApplyOptions{
-		Concurrency: 1,
-		Hooks:       m.hooks(),
-		Note:        "migrate-flannel-podcidr " + sub,
+		Concurrency:  1,
+		Hooks:        m.hooks(),
+		BeforeDelete: m.beforeDelete(p),
+		Note:         "migrate-flannel-podcidr " + sub,
 		OnEvent: func(e nodecidr.Event) {
 			env.Progressf("  %s %s", sub, e.String())
 		},
@@ -1039,14 +1040,15 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 			w.OldPodCIDR = h[len(h)-1]
 		}
 		if backend == nodenet.BackendVXLAN {
-			var bd struct{ VtepMAC string }
-			if json.Unmarshal([]byte(n.BackendData), &bd) == nil {
-				w.VTEPMAC = bd.VtepMAC
-			}
+			w.VTEPMAC = flVTEPMAC(n)
 		}
 		for _, p := range nodes {
 			if ppc, ok := flIPv4(p.PodCIDRs); ok && p.Name != n.Name {
-				w.Peers = append(w.Peers, nodenet.Peer{Name: p.Name, PodCIDR: ppc, OldPodCIDRs: slices.Clone(held[p.Name]), PublicIP: p.PublicIP})
+				peer := nodenet.Peer{Name: p.Name, PodCIDR: ppc, OldPodCIDRs: slices.Clone(held[p.Name]), PublicIP: p.PublicIP}
+				if backend == nodenet.BackendVXLAN {
+					peer.VTEPMAC = flVTEPMAC(p)
+				}
+				w.Peers = append(w.Peers, peer)
 			}
 		}
 		out = append(out, w)
@@ -1095,6 +1097,16 @@ func (m *FlannelPodCIDRMigration) heldOldSubnets(ctx context.Context, nodes []fl
 		}
 	}
 	return held, nil
+}
+
+// flVTEPMAC is the VtepMAC of a node's flannel backend-data annotation
+// ("" when it has none).
+func flVTEPMAC(n flannel.Node) string {
+	var bd struct{ VtepMAC string }
+	if json.Unmarshal([]byte(n.BackendData), &bd) != nil {
+		return ""
+	}
+	return bd.VtepMAC
 }
 
 func flIPv4(ps []netip.Prefix) (netip.Prefix, bool) {

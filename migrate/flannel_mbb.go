@@ -20,6 +20,7 @@ import (
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/nodecidr"
+	"github.com/cidrshift/cidrshift/nodenet"
 )
 
 // The make-before-break mode of the FlannelPodCIDR migration
@@ -93,11 +94,14 @@ func (m *FlannelPodCIDRMigration) mbbPreflight(ctx context.Context) error {
 	return nil
 }
 
+// mbbAgentPermissions are what publishing the wants to the agents needs.
+var mbbAgentPermissions = []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
+	{Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}}
+
 // mbbHooks are the per-node hooks of MakeBeforeBreak, after the flannel
 // pod's restart.
 func (m *FlannelPodCIDRMigration) mbbHooks(restartFlannelPod nodecidr.Hook) []nodecidr.Hook {
-	agentPerms := []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
-		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}}
+	agentPerms := mbbAgentPermissions
 	return []nodecidr.Hook{
 		restartFlannelPod,
 		{Name: "transition", Permissions: agentPerms, Run: m.mbbPublish},
@@ -115,9 +119,74 @@ func (m *FlannelPodCIDRMigration) mbbHooks(restartFlannelPod nodecidr.Hook) []no
 	}
 }
 
+// beforeDelete are the hooks that run before each node of plan p is
+// deleted: in MakeBeforeBreak, the standby (mbbStandby).
+func (m *FlannelPodCIDRMigration) beforeDelete(p *nodecidr.Plan) []nodecidr.Hook {
+	if !m.o.MakeBeforeBreak {
+		return nil
+	}
+	return []nodecidr.Hook{{
+		Name:        "standby",
+		Permissions: mbbAgentPermissions,
+		Run:         func(ctx context.Context, node *corev1.Node) error { return m.mbbStandby(ctx, p, node) },
+	}}
+}
+
+// mbbStandby runs right before a node's delete: every other node's agent
+// gets the want in which the node lists the podCIDR plan p gives it as its
+// NextPodCIDR, so each sets up the standby for the node's current subnet
+// (nodenet's standby: a route at StandbyMetric through the next VTEP
+// address, its neighbour entry, the default FDB entry) and the node's pods
+// stay reachable while flanneld there forgets the subnet at the delete and
+// learns the new one at the re-creation. The node's own want is not
+// published: a changed one would change the Node the delete is conditional
+// on, and cost a re-read.
+func (m *FlannelPodCIDRMigration) mbbStandby(ctx context.Context, p *nodecidr.Plan, node *corev1.Node) error {
+	if m.agents == nil || m.mode != ModeApply {
+		return nil
+	}
+	var next netip.Prefix
+	for _, st := range p.Steps {
+		if st.Node != node.Name {
+			continue
+		}
+		for _, c := range st.NewPodCIDRs {
+			if n, _, err := cidr.ParseLenient(c); err == nil && n.Addr().Is4() {
+				next = n
+				break
+			}
+		}
+	}
+	if !next.IsValid() {
+		return nil
+	}
+	wants, err := m.HostWants(ctx)
+	if err != nil {
+		return err
+	}
+	peers := wants[:0]
+	for _, w := range wants {
+		if w.Node == node.Name {
+			continue
+		}
+		for i := range w.Peers {
+			p := &w.Peers[i]
+			if p.Name != node.Name || p.PodCIDR == next {
+				continue
+			}
+			if w.Backend == nodenet.BackendVXLAN && p.VTEPMAC == "" {
+				m.note(fmt.Sprintf("node %s: no standby before its delete: its flannel annotation announces no VtepMAC", node.Name))
+				return nil
+			}
+			p.NextPodCIDR = next
+		}
+		peers = append(peers, w)
+	}
+	return m.publishWants(ctx, peers, "before node "+node.Name+" moves to "+next.String())
+}
+
 // mbbPublish publishes every node's want (HostWants) to its agent, all at
-// once, and waits for their reports. Nodes without a running agent are
-// named in the step report (mbbPreflight refused them at the start).
+// once, and waits for their reports.
 func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.Node) error {
 	if m.agents == nil || m.mode != ModeApply {
 		return nil
@@ -126,6 +195,14 @@ func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.N
 	if err != nil {
 		return err
 	}
+	return m.publishWants(ctx, wants, "after node "+node.Name+" moved")
+}
+
+// publishWants publishes wants to their agents, all at once, and waits for
+// their reports; when says when, for errors and the log. Nodes without a
+// running agent are named in the step report (mbbPreflight refused them at
+// the start).
+func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, wants []nodenet.Want, when string) error {
 	m.agents.defaults() // once, before the goroutines read it
 	var wg sync.WaitGroup
 	errs := make([]error, len(wants))
@@ -142,7 +219,7 @@ func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.N
 		go func() {
 			defer wg.Done()
 			if _, err := m.agents.Apply(ctx, w); err != nil {
-				errs[i] = fmt.Errorf("after node %s moved: %w", node.Name, err)
+				errs[i] = fmt.Errorf("%s: %w", when, err)
 			}
 		}()
 	}
@@ -158,7 +235,7 @@ func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.N
 			}
 		}
 	}
-	logr.FromContextOrDiscard(ctx).V(1).Info("host wants published", "after", node.Name, "nodes", len(wants), "keepingOldSubnetsOf", kept)
+	logr.FromContextOrDiscard(ctx).V(1).Info("host wants published", "when", when, "nodes", len(wants), "keepingOldSubnetsOf", kept)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -134,6 +135,20 @@ func waitAgents(t *testing.T, h *migrate.HostAgents, nodes ...string) {
 	}, 5*time.Second, time.Millisecond)
 }
 
+// runMBB runs the make-before-break migration of mbbCluster to its end,
+// with the agents agentsOn plays on w1, w2 and w3.
+func runMBB(t *testing.T, cs *fake.Clientset) *migrate.Report {
+	t.Helper()
+	m, err := migrate.FlannelPodCIDR(mbbOptions(cs))
+	require.NoError(t, err)
+	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	waitAgents(t, agents, "w1", "w2", "w3")
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Agents: agents}).Run(t.Context(), m)
+	require.NoError(t, err)
+	require.False(t, rep.Paused(), "%+v", rep.Waiting)
+	return rep
+}
+
 // published is the want a node's annotation holds now.
 func published(t *testing.T, srv *nodecidrtest.Server, node string) nodenet.Want {
 	n, ok := srv.Node(node)
@@ -182,13 +197,7 @@ func TestFlannelMakeBeforeBreak(t *testing.T) {
 	})
 	got, stop := agentsOn(cs, "w1", "w2", "w3")
 	defer stop()
-	m, err := migrate.FlannelPodCIDR(mbbOptions(cs))
-	require.NoError(t, err)
-	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
-	waitAgents(t, agents, "w1", "w2", "w3")
-	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Agents: agents}).Run(t.Context(), m)
-	require.NoError(t, err)
-	require.False(t, rep.Paused(), "%+v", rep.Waiting)
+	rep := runMBB(t, cs)
 	stop()
 
 	ev.mu.Lock()
@@ -373,4 +382,57 @@ func TestFlannelMakeBeforeBreakWaitsForTerminatingPod(t *testing.T) {
 	ev.mu.Lock()
 	assert.Zero(t, ev.calls["web-a"], "a terminating pod is not evicted again")
 	ev.mu.Unlock()
+}
+
+// Make-before-break sets up the standby before each node's delete: every
+// other node's want lists the node with its next podCIDR and its VTEP MAC
+// when the delete arrives. A node that
+// announces no VTEP MAC gets no standby (noted), and still moves.
+func TestFlannelMakeBeforeBreakStandbyBeforeEachDelete(t *testing.T) {
+	cs, srv := mbbCluster()
+	for i, name := range []string{"w1", "w2", "w3"} {
+		if name == "w3" {
+			continue // announces no MAC
+		}
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		n.Annotations["flannel.alpha.coreos.com/backend-data"] = fmt.Sprintf(`{"VNI":1,"VtepMAC":"6e:00:00:00:0%d:00"}`, i+1)
+		_, err = cs.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	atDelete := map[string]map[string]nodenet.Peer{} // deleted node -> other node -> its peer entry
+	cs.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteAction).GetName()
+		mu.Lock()
+		defer mu.Unlock()
+		atDelete[name] = map[string]nodenet.Peer{}
+		for _, other := range []string{"w1", "w2", "w3"} {
+			if other != name {
+				atDelete[name][other] = peer(published(t, srv, other), name)
+			}
+		}
+		return false, nil, nil
+	})
+	installEvictions(cs, srv, func(string, int) bool { return false }, nil)
+	_, stop := agentsOn(cs, "w1", "w2", "w3")
+	defer stop()
+	rep := runMBB(t, cs)
+	stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for name, want := range map[string]nodenet.Peer{
+		"w1": {Name: "w1", PodCIDR: old1, NextPodCIDR: netip.MustParsePrefix("10.240.1.0/24"), VTEPMAC: "6e:00:00:00:01:00"},
+		"w2": {Name: "w2", PodCIDR: old2, NextPodCIDR: new2, VTEPMAC: "6e:00:00:00:02:00"},
+	} {
+		for other, got := range atDelete[name] {
+			assert.Equal(t, want, got, "%s's entry in %s's want when %s was deleted", name, other, name)
+		}
+		assert.Len(t, atDelete[name], 2)
+	}
+	for other, got := range atDelete["w3"] {
+		assert.False(t, got.NextPodCIDR.IsValid(), "w3 announces no MAC: no standby in %s's want", other)
+	}
+	assert.Contains(t, strings.Join(rep.Steps[3].Details, "\n"), "node w3: no standby before its delete: its flannel annotation announces no VtepMAC")
 }
