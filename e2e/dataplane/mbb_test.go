@@ -224,7 +224,7 @@ type mbbRun struct {
 }
 
 // TestMakeBeforeBreakFlannelPodCIDR moves the pod subnets of four flannel
-// nodes a, b, c and z (kube subnet manager, vxlan) twice with the
+// nodes a, b, c and z (kube subnet manager) twice with the
 // FlannelPodCIDR migration and its host agents (examples/nodenet-agent in
 // every node's namespace), while a client pod on z (moved last) loops on
 // Service web (two replicas, on nodes a and b, under a PodDisruptionBudget
@@ -250,7 +250,15 @@ type mbbRun struct {
 // flanneld's Network (file and ConfigMap) is 10.224.0.0/11 throughout, so
 // both moves stay inside it and flanneld never needs the new Network; the
 // runs give --from.
+//
+// It runs with each of flannel's vxlan and host-gw backends.
 func TestMakeBeforeBreakFlannelPodCIDR(t *testing.T) {
+	for _, backend := range []string{"vxlan", "host-gw"} {
+		t.Run(backend, func(t *testing.T) { testMakeBeforeBreak(t, backend) })
+	}
+}
+
+func testMakeBeforeBreak(t *testing.T, backend string) {
 	env := NewEnv(t)
 	agentBin := buildExample(t, "nodenet-agent")
 	const network = "10.224.0.0/11"
@@ -259,7 +267,7 @@ func TestMakeBeforeBreakFlannelPodCIDR(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 
-	conf := `{"Network":"` + network + `","Backend":{"Type":"vxlan"}}`
+	conf := `{"Network":"` + network + `","Backend":{"Type":"` + backend + `"}}`
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfNamespace}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = cs.CoreV1().ConfigMaps(flannel.DefaultNetConfNamespace).Create(ctx, &corev1.ConfigMap{
@@ -441,7 +449,11 @@ func TestMakeBeforeBreakFlannelPodCIDR(t *testing.T) {
 	}
 	var traces []string
 	for name, n := range k.nodes {
-		for _, args := range [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"ip", "neigh", "show", "proxy"}, {"iptables-save", "-t", "nat"}, {"bridge", "fdb", "show", "dev", "flannel.1"}} {
+		probes := [][]string{{"ip", "-4", "addr"}, {"ip", "-4", "route"}, {"ip", "neigh", "show", "proxy"}, {"iptables-save", "-t", "nat"}}
+		if backend == "vxlan" {
+			probes = append(probes, []string{"bridge", "fdb", "show", "dev", "flannel.1"})
+		}
+		for _, args := range probes {
 			out, err := n.Run(args[0], args[1:]...)
 			require.NoError(t, err)
 			for _, l := range strings.Split(out, "\n") {
