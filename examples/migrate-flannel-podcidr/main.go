@@ -12,10 +12,11 @@
 // runbook exits 3 until it observes the new flag on the mirror pod, or is
 // rerun with --continue.
 //
-// With --agents --make-before-break a moved node's pods keep their old
-// addresses, reachable, until each is evicted in turn; a pod that cannot be
-// evicted within --health-timeout also stops the runbook with exit 3,
-// naming the pods and the `kubectl rollout restart` commands.
+// With --agents a moved node's pods keep their old addresses, reachable,
+// until each is evicted in turn (make-before-break, the default with
+// agents; --make-before-break=false deletes them right after the move); a
+// pod that cannot be evicted within --health-timeout also stops the runbook
+// with exit 3, naming the pods and the `kubectl rollout restart` commands.
 //
 // Exit codes (internal/cli): 0 done (or plan printed), 1 failure or a failed
 // check, 2 bad input (one line), 3 waiting for an operator step, 4 cluster
@@ -205,7 +206,7 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.IntVar(&o.m.NodeMask, "node-mask", cidr.DefaultNodeMaskIPv4, "node mask when kube-controller-manager's flags cannot be discovered")
 	fs.DurationVar(&o.m.HealthTimeout, "health-timeout", 2*time.Minute, "how long a moved node may take to be Ready with its pods running")
 	fs.DurationVar(&o.m.PollInterval, "poll-interval", time.Second, "poll period of the waits")
-	fs.BoolVar(&o.m.MakeBeforeBreak, "make-before-break", false, "with --agents: keep each moved node's old subnet reachable through the agents and replace its pods one at a time by eviction (PodDisruptionBudgets respected) instead of deleting them")
+	fs.BoolVar(&o.m.MakeBeforeBreak, "make-before-break", false, "keep each moved node's old subnet reachable through the agents and replace its pods one at a time by eviction (PodDisruptionBudgets respected) instead of deleting them; needs --agents, and is on by default with it (--make-before-break=false: delete them)")
 	fs.BoolVar(&o.agents, "agents", false, "nodes running examples/nodenet-agent get their host work through it (others: the command to run there)")
 	fs.StringVar(&o.hosts.Namespace, "agent-namespace", migrate.DefaultAgentNamespace, "namespace of the node agents' Leases")
 	fs.DurationVar(&o.hosts.Timeout, "agent-timeout", 2*time.Minute, "how long to wait for one node agent's report")
@@ -220,6 +221,13 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, cli.Usagef("unexpected argument %q", fs.Arg(0))
+	}
+	// With agents, make-before-break is the default: the node's pods stay
+	// reachable while it moves (BENCHMARKS.md section 6).
+	mbbSet := false
+	fs.Visit(func(f *flag.Flag) { mbbSet = mbbSet || f.Name == "make-before-break" })
+	if o.agents && !mbbSet {
+		o.m.MakeBeforeBreak = true
 	}
 	switch o.output {
 	case "", "json", "yaml":

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -166,16 +167,25 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// --make-before-break with --agents refuses, before the first write, a
-// cluster where a node with a podCIDR runs no agent.
+// Make-before-break (explicit, or the default with --agents) refuses,
+// before the first write, a cluster where a node with a podCIDR runs no
+// agent; --make-before-break=false with --agents does not ask for it.
 func TestMakeBeforeBreakNeedsRunningAgents(t *testing.T) {
-	e := newEnv(t)
-	code, out, errOut := e.run(t, "--network", "10.240.0.0/12", "--make-before-break", "--agents", "--apply", "--journal", filepath.Join(t.TempDir(), "j"))
-	assert.Equal(t, exitBad, code)
-	assert.Empty(t, out)
-	assert.Contains(t, errOut, "no host agent runs on node(s) w1, w2, w3")
-	assert.Equal(t, netConf, e.netConf(t), "bad input changes nothing")
-	assert.Equal(t, "10.244.1.0/24", e.node(t, "w3").Spec.PodCIDR, "no node moved")
+	for _, args := range [][]string{{"--make-before-break", "--agents"}, {"--agents"}} {
+		e := newEnv(t)
+		code, out, errOut := e.run(t, append([]string{"--network", "10.240.0.0/12", "--apply", "--journal", filepath.Join(t.TempDir(), "j")}, args...)...)
+		assert.Equal(t, exitBad, code, "%v", args)
+		assert.Empty(t, out)
+		assert.Contains(t, errOut, "no host agent runs on node(s) w1, w2, w3", "%v", args)
+		assert.Equal(t, netConf, e.netConf(t), "bad input changes nothing")
+		assert.Equal(t, "10.244.1.0/24", e.node(t, "w3").Spec.PodCIDR, "no node moved")
+	}
+	o, err := parseFlags([]string{"--network", "10.240.0.0/12", "--agents", "--make-before-break=false"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, o.m.MakeBeforeBreak, "--make-before-break=false with --agents: drain-style")
+	o, err = parseFlags([]string{"--network", "10.240.0.0/12"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, o.m.MakeBeforeBreak, "without --agents: drain-style (the host steps are printed)")
 }
 
 func TestPlanModeChangesNothing(t *testing.T) {
