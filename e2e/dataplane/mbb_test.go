@@ -1,9 +1,11 @@
 package dataplane
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -480,10 +482,38 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	t.Logf("after the drain-style move:\n%s", endDrain)
 	stopLoop2()
 	windows = append(windows, loopWindows(loop2)...)
+
+	// 3. (vxlan) make-before-break by the runbook binary, SIGKILLed four
+	// times and rerun with the same command each time, with a third client
+	// on z: 10.236.0.0/16 -> 10.232.0.0/16.
+	var killed mbbRun
+	var endKilled *Matrix
+	if backend == "vxlan" {
+		client, err = z.AddPod(ctx, "client3")
+		require.NoError(t, err)
+		require.NoError(t, registerPod(ctx, cs, client))
+		loop3, stopLoop3 := startServiceLoop(ctx, cs, client, metav1.NamespaceDefault, "web")
+		defer stopLoop3()
+		time.Sleep(2 * time.Second)
+		killed = killedRunbookMove(t, cp.AdminKubeconfig(), network, "10.236.0.0/16", "10.232.0.0/16", loop3)
+		assert.Eventually(t, func() bool { return k.settled(ctx) }, 90*time.Second, 200*time.Millisecond, "killed runbook: the web pods are replaced")
+		time.Sleep(time.Second)
+		loop3.mu.Lock()
+		killed.ok, killed.fail = loop3.ok, loop3.fail
+		loop3.mu.Unlock()
+		endKilled = matrix()
+		t.Logf("after the killed and resumed runbook:\n%s", endKilled)
+		stopLoop3()
+		windows = append(windows, loopWindows(loop3)...)
+	}
 	stopKubelet()
 	kwg.Wait()
 
-	for _, r := range []mbbRun{mbb, drain} {
+	runs := []mbbRun{mbb, drain}
+	if endKilled != nil {
+		runs = append(runs, killed)
+	}
+	for _, r := range runs {
 		var per []string
 		for _, n := range moving {
 			if d, ok := r.inTransition[n]; ok {
@@ -510,6 +540,75 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	assert.Positive(t, mbb.ok, "the client's requests went through during make-before-break")
 	assert.Zero(t, mbb.fail, "make-before-break: failed requests through Service web (of %d)", mbb.ok+mbb.fail)
 	assert.True(t, endDrain.Full(), "after the drain-style move:\n%s", endDrain)
+	if endKilled != nil {
+		assert.Positive(t, killed.ok, "the client's requests went through while the runbook was killed and rerun")
+		assert.Zero(t, killed.fail, "make-before-break killed four times: failed requests through Service web (of %d)", killed.ok+killed.fail)
+		assert.True(t, endKilled.Full(), "after the killed and resumed runbook:\n%s", endKilled)
+	}
+}
+
+// killedRunbookMove runs examples/migrate-flannel-podcidr (make-before-break,
+// the default with --agents) to move the nodes from from to nodeRange, and
+// SIGKILLs it at four points, each time rerunning the same command at once:
+// right after node a's standby (before its delete), right after a's
+// transition hook (its pods not yet evicted), right after b's delete (b
+// missing until the rerun re-creates it from the journal), and 300 ms after
+// b's transition hook (during the eviction of its web pod, which the
+// emulated kubelet takes 1.5 s to end). The last run must exit 0.
+func killedRunbookMove(t *testing.T, kubeconfig, network, from, nodeRange string, loop *serviceLoop) mbbRun {
+	t.Helper()
+	bin := buildExample(t, "migrate-flannel-podcidr")
+	journal := filepath.Join(t.TempDir(), "killed")
+	args := []string{"--kubeconfig", kubeconfig, "--network", network, "--from", from, "--rewrite-nodes", "--node-range", nodeRange,
+		"--agents", "--agent-timeout", "60s", "--namespace", flannel.DefaultNetConfNamespace, "--flannel-selector", "app=flannel",
+		"--continue", "--health-timeout", "90s", "--poll-interval", "200ms", "--journal", journal, "--apply"}
+	kills := []struct {
+		line  string
+		after time.Duration
+	}{
+		{"rebase a: hook: standby (before the delete)", 0},
+		{"rebase a: hook: transition", 0},
+		{"rebase b: deleted", 0},
+		{"rebase b: hook: transition", 300 * time.Millisecond},
+	}
+	r := mbbRun{name: "make-before-break, killed 4 times", inTransition: map[string]time.Duration{}}
+	loop.mu.Lock()
+	ok0, fail0 := loop.ok, loop.fail
+	loop.mu.Unlock()
+	start := time.Now()
+	for run := 0; ; run++ {
+		require.Less(t, run, 10, "the runbook keeps getting killed")
+		cmd := exec.Command(bin, args...)
+		stderr, err := cmd.StderrPipe()
+		require.NoError(t, err)
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		require.NoError(t, cmd.Start())
+		sc := bufio.NewScanner(stderr)
+		wasKilled := false
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			t.Logf("runbook run %d +%s: %s", run+1, time.Since(start).Round(10*time.Millisecond), line)
+			if !wasKilled && len(kills) > 0 && strings.Contains(line, kills[0].line) {
+				time.Sleep(kills[0].after)
+				require.NoError(t, cmd.Process.Kill())
+				t.Logf("runbook run %d: SIGKILL after %q", run+1, kills[0].line)
+				kills, wasKilled = kills[1:], true
+			}
+		}
+		err = cmd.Wait()
+		if wasKilled {
+			continue
+		}
+		require.NoError(t, err, "the last run of the runbook:\n%s", stdout.String())
+		require.Empty(t, kills, "every kill point was reached")
+		break
+	}
+	r.took = time.Since(start)
+	loop.mu.Lock()
+	r.ok, r.fail = loop.ok-ok0, loop.fail-fail0
+	loop.mu.Unlock()
+	return r
 }
 
 // loopWindows describes a stopped loop's failure windows.
