@@ -171,7 +171,8 @@ type Locker interface {
 	// returns the function that releases it. The holder may call it again.
 	Lock(ctx context.Context) (release func(), err error)
 	// Check returns nil while the lock is still held; Apply calls it
-	// before each destructive call.
+	// before each destructive call, the PoolStores before each write given
+	// a Lock.
 	Check() error
 }
 

@@ -60,3 +60,55 @@ func TestApplyStopsWhenTheLockIsLostAndResumesFromTheClusterJournal(t *testing.T
 	}
 	assert.True(t, pool, "the old IPPool was kept in the cluster journal before its delete")
 }
+
+// Both PoolStores take the lock of the Lock option around each create,
+// update and delete and release it after; a lock the run no longer holds is
+// refused before the write, with an error naming it. Dry runs take no lock.
+func TestPoolStoreWritesTakeAndCheckTheLock(t *testing.T) {
+	ctx := context.Background()
+	for api, s := range stores(t) {
+		t.Run(string(api), func(t *testing.T) {
+			lost := func() *kubetest.Lock {
+				return &kubetest.Lock{Name: "kube-system/" + calico.LockScope, ChecksLeft: 0}
+			}
+			old, err := s.Get(ctx, oldPoolName)
+			require.NoError(t, err)
+			disabled := old.DeepCopy()
+			disabled.Spec.Disabled = true
+			calls := []struct {
+				what  string
+				write func(l calico.Locker, dry bool) error
+				done  func() bool
+			}{
+				{"not creating " + string(api) + " ippool \"" + newPoolName + "\"", func(l calico.Locker, dry bool) error {
+					_, err := s.Create(ctx, calico.IPPool{Name: newPoolName, Spec: calico.PoolSpec{CIDR: newCIDR}}, calico.WriteOptions{Lock: l, DryRun: dry})
+					return err
+				}, func() bool { _, err := s.Get(ctx, newPoolName); return err == nil }},
+				{"not updating " + string(api) + " ippool \"" + oldPoolName + "\"", func(l calico.Locker, dry bool) error {
+					_, err := s.Update(ctx, disabled, calico.WriteOptions{Lock: l, DryRun: dry})
+					return err
+				}, func() bool { p, err := s.Get(ctx, oldPoolName); return err == nil && p.Spec.Disabled }},
+				{"not deleting " + string(api) + " ippool \"" + oldPoolName + "\"", func(l calico.Locker, dry bool) error {
+					return s.Delete(ctx, oldPoolName, calico.DeleteOptions{Lock: l, DryRun: dry})
+				}, func() bool { _, err := s.Get(ctx, oldPoolName); return err != nil }},
+			}
+			for _, call := range calls {
+				l := lost()
+				err := call.write(l, false)
+				require.ErrorIs(t, err, kubetest.ErrLockLost, call.what)
+				assert.ErrorContains(t, err, call.what+": the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-calico-pool")
+				assert.False(t, call.done(), "%s: nothing written", call.what)
+				assert.False(t, l.Held(), "%s: released", call.what)
+
+				require.NoError(t, call.write(lost(), true), "%s: a dry run takes no lock", call.what)
+				assert.False(t, call.done(), "%s: a dry run writes nothing", call.what)
+
+				l = &kubetest.Lock{ChecksLeft: 1}
+				require.NoError(t, call.write(l, false), call.what)
+				assert.True(t, call.done(), "%s: written", call.what)
+				assert.False(t, l.Held(), "%s: released after the write", call.what)
+				assert.Zero(t, l.ChecksLeft, "%s: checked once", call.what)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // API names the Calico API a PoolStore talks to.
@@ -190,6 +191,11 @@ type WriteOptions struct {
 	// DryRun asks the API server to validate the write without persisting it
 	// (metav1.DryRunAll).
 	DryRun bool
+	// Lock, when set, is taken before the write and held until the call
+	// returns (a dry run takes none). A run may pass the lock it holds: one
+	// it no longer holds is refused before the write. Use the Lease of
+	// LockScope.
+	Lock Locker
 }
 
 // DeleteOptions tunes a delete.
@@ -201,6 +207,20 @@ type DeleteOptions struct {
 	UID string
 	// ResourceVersion, when set, is a precondition on the pool's version.
 	ResourceVersion string
+	// Lock, when set, is taken before the delete and held until the call
+	// returns (a dry run takes none). A run may pass the lock it holds: one
+	// it no longer holds is refused before the delete. Use the Lease of
+	// LockScope.
+	Lock Locker
+}
+
+// holdFor takes l around one pool write that is not a dry run; what says
+// what is not done when it cannot be taken or is no longer held.
+func holdFor(ctx context.Context, l Locker, dryRun bool, what string) (release func(), err error) {
+	if dryRun {
+		return func() {}, nil
+	}
+	return lease.HoldFor(ctx, l, what)
 }
 
 // PoolStore reads and writes Calico IP pools through one Calico API.

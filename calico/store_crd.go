@@ -88,6 +88,11 @@ func (s *CRDStore) Create(ctx context.Context, pool IPPool, opts WriteOptions) (
 	u.SetAnnotations(withoutMetadataAnnotation(pool.Annotations))
 	spec, _ := u.Object["spec"].(map[string]any)
 	specToUnstructured(pool.Spec, spec)
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not creating %s ippool %q", APICRDV1, pool.Name))
+	if err != nil {
+		return IPPool{}, err
+	}
+	defer release()
 	created, err := s.client.Resource(IPPoolsV1).Create(ctx, u, metav1.CreateOptions{DryRun: dryRun(opts.DryRun)})
 	if err != nil {
 		return IPPool{}, fmt.Errorf("creating %s ippool %q (cidr %s): %w", APICRDV1, pool.Name, pool.Spec.CIDR, err)
@@ -124,6 +129,11 @@ func (s *CRDStore) Update(ctx context.Context, pool IPPool, opts WriteOptions) (
 		obj.Object["spec"] = spec
 	}
 	specToUnstructured(pool.Spec, spec)
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not updating %s ippool %q", APICRDV1, pool.Name))
+	if err != nil {
+		return IPPool{}, err
+	}
+	defer release()
 	updated, err := s.client.Resource(IPPoolsV1).Update(ctx, obj, metav1.UpdateOptions{DryRun: dryRun(opts.DryRun)})
 	if err != nil {
 		return IPPool{}, fmt.Errorf("updating %s ippool %q: %w", APICRDV1, pool.Name, err)
@@ -133,7 +143,12 @@ func (s *CRDStore) Update(ctx context.Context, pool IPPool, opts WriteOptions) (
 
 // Delete deletes the named pool.
 func (s *CRDStore) Delete(ctx context.Context, name string, opts DeleteOptions) error {
-	err := s.client.Resource(IPPoolsV1).Delete(ctx, name, deleteOptions(opts))
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not deleting %s ippool %q", APICRDV1, name))
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = s.client.Resource(IPPoolsV1).Delete(ctx, name, deleteOptions(opts))
 	if apierrors.IsNotFound(err) {
 		return notFound(name, err)
 	}

@@ -62,6 +62,11 @@ func (s *V3Store) Create(ctx context.Context, pool IPPool, opts WriteOptions) (I
 		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Labels: maps.Clone(pool.Labels), Annotations: withoutMetadataAnnotation(pool.Annotations)},
 	}
 	specToV3(pool.Spec, &obj.Spec)
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not creating %s ippool %q", APIProjectCalicoV3, pool.Name))
+	if err != nil {
+		return IPPool{}, err
+	}
+	defer release()
 	created, err := s.client.ProjectcalicoV3().IPPools().Create(ctx, obj, metav1.CreateOptions{DryRun: dryRun(opts.DryRun)})
 	if err != nil {
 		return IPPool{}, fmt.Errorf("creating %s ippool %q (cidr %s): %w", APIProjectCalicoV3, pool.Name, pool.Spec.CIDR, err)
@@ -86,6 +91,11 @@ func (s *V3Store) Update(ctx context.Context, pool IPPool, opts WriteOptions) (I
 	obj.Labels = maps.Clone(pool.Labels)
 	obj.Annotations = maps.Clone(pool.Annotations)
 	specToV3(pool.Spec, &obj.Spec)
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not updating %s ippool %q", APIProjectCalicoV3, pool.Name))
+	if err != nil {
+		return IPPool{}, err
+	}
+	defer release()
 	updated, err := s.client.ProjectcalicoV3().IPPools().Update(ctx, obj, metav1.UpdateOptions{DryRun: dryRun(opts.DryRun)})
 	if err != nil {
 		return IPPool{}, fmt.Errorf("updating %s ippool %q: %w", APIProjectCalicoV3, pool.Name, err)
@@ -95,7 +105,12 @@ func (s *V3Store) Update(ctx context.Context, pool IPPool, opts WriteOptions) (I
 
 // Delete deletes the named pool.
 func (s *V3Store) Delete(ctx context.Context, name string, opts DeleteOptions) error {
-	err := s.client.ProjectcalicoV3().IPPools().Delete(ctx, name, deleteOptions(opts))
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not deleting %s ippool %q", APIProjectCalicoV3, name))
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = s.client.ProjectcalicoV3().IPPools().Delete(ctx, name, deleteOptions(opts))
 	if apierrors.IsNotFound(err) {
 		return notFound(name, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -99,7 +100,8 @@ type ApplyOptions struct {
 	Burst int
 	// DeleteOld marks the plan's old ServiceCIDRs for deletion after the new
 	// one is Ready and before Services move (the documented procedure). They
-	// stay Terminating until nothing depends on them.
+	// stay Terminating until nothing depends on them. Each is recorded in the
+	// journal, as it was, before its delete.
 	DeleteOld bool
 	// DrainTimeout, with DeleteOld, waits this long for the old ServiceCIDRs
 	// to go away and reports what still holds them.
@@ -138,7 +140,7 @@ type Locker interface {
 	// returns the function that releases it. The holder may call it again.
 	Lock(ctx context.Context) (release func(), err error)
 	// Check returns nil while the lock is still held; Apply calls it
-	// before each delete.
+	// before each delete, Create, AddFamily and Delete before their write.
 	Check() error
 }
 
@@ -229,6 +231,22 @@ type record struct {
 }
 
 func journalKey(service string) string { return "service/" + service }
+
+// serviceCIDRRecord is the journal entry of an old ServiceCIDR, written
+// before its delete is requested. Nothing recreates a ServiceCIDR from it:
+// it keeps what was deleted, for the operator.
+type serviceCIDRRecord struct {
+	ServiceCIDR string `json:"serviceCIDR"`
+	// APIVersion is the version Object was read in (typed objects carry no
+	// apiVersion of their own).
+	APIVersion string `json:"apiVersion"`
+	// Object is the live object as the API server returned it, without
+	// managedFields.
+	Object   any       `json:"object"`
+	Recorded time.Time `json:"recorded"`
+}
+
+func serviceCIDRJournalKey(name string) string { return "servicecidr/" + name }
 
 type applier struct {
 	c       *Client
@@ -796,7 +814,7 @@ func (a *applier) ensureTarget(ctx context.Context) error {
 // deleteOld marks the plan's old ServiceCIDRs for deletion.
 func (a *applier) deleteOld(ctx context.Context) error {
 	for _, o := range a.p.Old {
-		live, err := a.c.sc.get(ctx, o.Name)
+		live, obj, err := a.c.sc.object(ctx, o.Name)
 		switch {
 		case apierrors.IsNotFound(err):
 			continue
@@ -815,6 +833,15 @@ func (a *applier) deleteOld(ctx context.Context) error {
 		}
 		if err := a.checkLock("not deleting ServiceCIDR " + o.Name); err != nil {
 			return err
+		}
+		if a.j != nil {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetManagedFields(nil)
+			}
+			rec := serviceCIDRRecord{ServiceCIDR: o.Name, APIVersion: a.c.version.GroupVersion(), Object: obj, Recorded: time.Now()}
+			if err := a.j.Put(serviceCIDRJournalKey(o.Name), &rec); err != nil {
+				return fmt.Errorf("journaling ServiceCIDR %s before deleting it: %w", o.Name, err)
+			}
 		}
 		err = a.c.Delete(ctx, o.Name, DeleteOptions{DryRun: a.o.DryRun == DryRunServer, UID: string(o.UID)})
 		switch {

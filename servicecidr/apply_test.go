@@ -124,7 +124,7 @@ func TestApplyStory3OnEveryVersion(t *testing.T) {
 
 			keys, err := os.ReadDir(dir)
 			require.NoError(t, err)
-			assert.Len(t, keys, 4, "three records and the lock file")
+			assert.Len(t, keys, 5, "three Service records, the old ServiceCIDR's and the lock file")
 
 			// Idempotent: a second run changes nothing.
 			res2, err := c.Apply(ctx, p, o)

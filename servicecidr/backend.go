@@ -21,6 +21,10 @@ import (
 type backend interface {
 	list(ctx context.Context) ([]ServiceCIDR, error)
 	get(ctx context.Context, name string) (ServiceCIDR, error)
+	// object is get that also returns the object as the API server sent it
+	// (the version's typed object, or *unstructured.Unstructured), for the
+	// journal.
+	object(ctx context.Context, name string) (ServiceCIDR, any, error)
 	create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error)
 	// update writes spec.cidrs and labels, with sc.ResourceVersion as precondition when set.
 	update(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error)
@@ -140,11 +144,17 @@ func (b typedBackend[T, L]) list(ctx context.Context) ([]ServiceCIDR, error) {
 }
 
 func (b typedBackend[T, L]) get(ctx context.Context, name string) (ServiceCIDR, error) {
+	sc, _, err := b.object(ctx, name)
+	return sc, err
+}
+
+func (b typedBackend[T, L]) object(ctx context.Context, name string) (ServiceCIDR, any, error) {
 	o, err := b.client.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return ServiceCIDR{}, err
+		return ServiceCIDR{}, nil, err
 	}
-	return b.from(o)
+	sc, err := b.from(o)
+	return sc, o, err
 }
 
 func (b typedBackend[T, L]) create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {
@@ -370,11 +380,17 @@ func (b dynamicBackend) list(ctx context.Context) ([]ServiceCIDR, error) {
 }
 
 func (b dynamicBackend) get(ctx context.Context, name string) (ServiceCIDR, error) {
+	sc, _, err := b.object(ctx, name)
+	return sc, err
+}
+
+func (b dynamicBackend) object(ctx context.Context, name string) (ServiceCIDR, any, error) {
 	u, err := b.res().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return ServiceCIDR{}, err
+		return ServiceCIDR{}, nil, err
 	}
-	return FromUnstructured(u)
+	sc, err := FromUnstructured(u)
+	return sc, u, err
 }
 
 func (b dynamicBackend) create(ctx context.Context, sc ServiceCIDR, dryRun []string) (ServiceCIDR, error) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/lease"
 )
 
 // Options configures New.
@@ -180,6 +181,11 @@ type WriteOptions struct {
 	// DryRun sends the request with dryRun=All: the API server validates and
 	// admits it but stores nothing.
 	DryRun bool
+	// Lock, when set, is taken before the write and held until the call
+	// returns (a dry run takes none). A run may pass the lock it holds: one
+	// it no longer holds is refused before the write. Use the Lease of
+	// LockScope.
+	Lock Locker
 }
 
 func dryRunOpt(dry bool) []string {
@@ -198,6 +204,11 @@ func (c *Client) Create(ctx context.Context, name string, cidrs []netip.Prefix, 
 	if err := ValidateCIDRs("spec.cidrs", cidrs); err != nil {
 		return ServiceCIDR{}, err
 	}
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, "not creating ServiceCIDR "+name)
+	if err != nil {
+		return ServiceCIDR{}, err
+	}
+	defer release()
 	out, err := c.sc.create(ctx, ServiceCIDR{Name: name, CIDRs: cidrs}, dryRunOpt(opts.DryRun))
 	if err != nil {
 		return ServiceCIDR{}, fmt.Errorf("creating ServiceCIDR %s %v: %w", name, cidrs, err)
@@ -218,6 +229,11 @@ func (c *Client) AddFamily(ctx context.Context, name string, p netip.Prefix, opt
 	if err := ValidateUpdate(live, next); err != nil {
 		return ServiceCIDR{}, err
 	}
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, fmt.Sprintf("not adding %s to ServiceCIDR %s", p, name))
+	if err != nil {
+		return ServiceCIDR{}, err
+	}
+	defer release()
 	out, err := c.sc.update(ctx, next, dryRunOpt(opts.DryRun))
 	if err != nil {
 		return ServiceCIDR{}, fmt.Errorf("adding %s to ServiceCIDR %s: %w", p, name, err)
@@ -232,6 +248,11 @@ type DeleteOptions struct {
 	// server refuses the delete if the object changed.
 	UID             string
 	ResourceVersion string
+	// Lock, when set, is taken before the delete and held until Delete
+	// returns (a dry run takes none). A run may pass the lock it holds: one
+	// it no longer holds is refused before the delete. Use the Lease of
+	// LockScope.
+	Lock Locker
 }
 
 // Delete requests deletion of a ServiceCIDR. It stays Terminating until
@@ -267,11 +288,25 @@ func (c *Client) Delete(ctx context.Context, name string, opts DeleteOptions) er
 			del.Preconditions.ResourceVersion = &rv
 		}
 	}
+	release, err := holdFor(ctx, opts.Lock, opts.DryRun, "not deleting ServiceCIDR "+name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := c.sc.delete(ctx, name, del); err != nil {
 		return fmt.Errorf("deleting ServiceCIDR %s: %w", name, err)
 	}
 	logr.FromContextOrDiscard(ctx).Info("requested ServiceCIDR deletion", "name", name, "dryRun", opts.DryRun)
 	return nil
+}
+
+// holdFor takes l around one write that is not a dry run; what says what is
+// not done when it cannot be taken or is no longer held.
+func holdFor(ctx context.Context, l Locker, dryRun bool, what string) (release func(), err error) {
+	if dryRun {
+		return func() {}, nil
+	}
+	return lease.HoldFor(ctx, l, what)
 }
 
 // checkNotLast refuses when no other ServiceCIDR that is not being deleted

@@ -51,7 +51,8 @@
 // manual steps), or it refuses every address of the new range. Deleting default/kubernetes
 // (when asked) is journaled too: if the run dies before kube-apiserver has
 // recreated it, Recover reports it absent, Plan with the journal keeps it in
-// the plan, and Apply waits for it.
+// the plan, and Apply waits for it. Each old ServiceCIDR Apply deletes is
+// recorded in the journal, as it was, before its delete.
 //
 // Client.Verify proves the end state, including that default/kubernetes
 // exists at the first address of the new range.

@@ -106,11 +106,13 @@ func crashEveryRequest(t *testing.T, v string, lose bool) {
 		assert.Equal(t, []string{"172.24.0.0/15"}, sc.CIDRs, "crash after request %d: the old range is gone", n)
 		assert.NotContains(t, fmt.Sprint(res.Warnings), "not recreated")
 
-		// Every delete of a Service is followed by its create; nothing pending remains.
+		// Every delete of a Service is followed by its create; nothing pending
+		// remains. (The old ServiceCIDR's record has no phase: nothing
+		// recreates it.)
 		entries, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		for _, e := range entries {
-			if strings.HasSuffix(e.Name(), ".json") {
+			if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), "servicecidr%2F") {
 				data, err := os.ReadFile(dir + "/" + e.Name())
 				require.NoError(t, err)
 				assert.Contains(t, string(data), `"phase": "done"`, "crash after request %d: %s", n, e.Name())

@@ -2,12 +2,21 @@ package servicecidr_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/internal/kubetest"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
@@ -16,23 +25,62 @@ import (
 // A run that loses its lock stops before its next delete, with the Service
 // it was about to move untouched; another machine (another journal
 // directory) then resumes from the journal kept in the cluster and finishes.
+// The old ServiceCIDR is in the journal, local and in the cluster, before
+// its delete is sent.
 func TestApplyStopsWhenTheLockIsLostAndResumesFromTheClusterJournal(t *testing.T) {
 	ctx := context.Background()
 	cl := servicecidrtest.MustNew(story3Options("v1"))
+	kubetest.EnforceCAS(cl.Kube, "configmaps")
 	c := connect(t, cl)
 	p, err := c.Plan(ctx, story3PlanOptions())
 	require.NoError(t, err)
+	require.Len(t, p.Old, 1)
+	old := p.Old[0]
 	before := servicesByKey(cl)
 
-	lock := &kubetest.Lock{ChecksLeft: 1}
+	var mu sync.Mutex
+	var deletes []string
+	cl.Kube.PrependReactor("delete", "servicecidrs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteActionImpl).GetName()
+		rec, err := clusterServiceCIDRRecord(cl.Kube, name)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			deletes = append(deletes, name+": "+err.Error())
+		case rec == nil:
+			deletes = append(deletes, name+": not in the cluster journal before its delete")
+		default:
+			deletes = append(deletes, name+": journaled "+rec.ServiceCIDR+" "+rec.APIVersion+" uid "+string(rec.Object.UID))
+		}
+		return false, nil, nil
+	})
+
+	lock := &kubetest.Lock{ChecksLeft: 2} // the old ServiceCIDR's delete, then one Service
 	o := fastApply(t.TempDir())
 	o.Concurrency = 1
 	o.Lock = lock
+	o.DeleteOld = true
 	o.ClusterJournal = &servicecidr.ClusterJournal{Namespace: "cidrshift"}
 	_, err = c.Apply(ctx, p, o)
 	require.ErrorIs(t, err, kubetest.ErrLockLost)
 	assert.ErrorContains(t, err, "the run no longer holds its lock")
 	assert.False(t, lock.Held(), "released")
+	mu.Lock()
+	assert.Equal(t, []string{old.Name + ": journaled " + old.Name + " networking.k8s.io/v1 uid " + string(old.UID)}, deletes,
+		"the live ServiceCIDR is in the cluster journal before its delete")
+	mu.Unlock()
+	sc, ok := cl.ServiceCIDR(old.Name)
+	require.True(t, ok)
+	assert.True(t, sc.Terminating, "its delete was sent")
+	j, err := journal.Open(o.JournalDir)
+	require.NoError(t, err)
+	var local journaledServiceCIDR
+	found, err := j.Get("servicecidr/"+old.Name, &local)
+	require.NoError(t, j.Close())
+	require.NoError(t, err)
+	require.True(t, found, "the local journal has the ServiceCIDR too")
+	assert.Equal(t, []string{"100.64.0.0/13"}, local.Object.Spec.CIDRs)
 	moved := 0
 	for _, m := range p.Moves {
 		live, ok := cl.Service(m.Namespace, m.Name)
@@ -62,4 +110,87 @@ func TestApplyStopsWhenTheLockIsLostAndResumesFromTheClusterJournal(t *testing.T
 	o3.ClusterJournal = o.ClusterJournal
 	_, err = c.Apply(ctx, p, o3)
 	require.ErrorIs(t, err, servicecidr.ErrInvalid, "a cluster journal without a lock is refused")
+}
+
+// journaledServiceCIDR is the part of a ServiceCIDR's journal record the
+// tests read.
+type journaledServiceCIDR struct {
+	ServiceCIDR string `json:"serviceCIDR"`
+	APIVersion  string `json:"apiVersion"`
+	Object      struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              struct {
+			CIDRs []string `json:"cidrs"`
+		} `json:"spec"`
+	} `json:"object"`
+}
+
+// clusterServiceCIDRRecord reads the record of ServiceCIDR name from the open
+// run of the cluster journal in namespace cidrshift, nil when there is none.
+// A reactor calls it, so it reads the tracker and returns its error.
+func clusterServiceCIDRRecord(c *fake.Clientset, name string) (*journaledServiceCIDR, error) {
+	list, err := c.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), "cidrshift")
+	if err != nil {
+		return nil, err
+	}
+	for _, cm := range list.(*corev1.ConfigMapList).Items {
+		v, ok := cm.Data["servicecidr_2f"+name]
+		if !ok || cm.Labels[journal.LabelState] != journal.StateOpen {
+			continue
+		}
+		var rec journaledServiceCIDR
+		if err := json.Unmarshal([]byte(v), &rec); err != nil {
+			return nil, fmt.Errorf("ConfigMap %s record of ServiceCIDR %s: %w", cm.Name, name, err)
+		}
+		return &rec, nil
+	}
+	return nil, nil
+}
+
+// Create, AddFamily and Delete take the lock of their Lock option around
+// their write and release it after; a lock the run no longer holds is
+// refused before anything is sent, with an error naming it. Dry runs take
+// no lock.
+func TestWritesTakeAndCheckTheLock(t *testing.T) {
+	ctx := context.Background()
+	cl := servicecidrtest.MustNew(servicecidrtest.Options{ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}}})
+	c := connect(t, cl)
+	lost := func() *kubetest.Lock {
+		return &kubetest.Lock{Name: "kube-system/" + servicecidr.LockScope, ChecksLeft: 0}
+	}
+	calls := []struct {
+		what  string
+		write func(l servicecidr.Locker, dry bool) error
+	}{
+		{"not creating ServiceCIDR extra", func(l servicecidr.Locker, dry bool) error {
+			_, err := c.Create(ctx, "extra", []netip.Prefix{pfx("10.100.0.0/16")}, servicecidr.WriteOptions{Lock: l, DryRun: dry})
+			return err
+		}},
+		{"not adding fd00:10:100::/108 to ServiceCIDR extra", func(l servicecidr.Locker, dry bool) error {
+			_, err := c.AddFamily(ctx, "extra", pfx("fd00:10:100::/108"), servicecidr.WriteOptions{Lock: l, DryRun: dry})
+			return err
+		}},
+		{"not deleting ServiceCIDR extra", func(l servicecidr.Locker, dry bool) error {
+			return c.Delete(ctx, "extra", servicecidr.DeleteOptions{Lock: l, DryRun: dry})
+		}},
+	}
+	for _, call := range calls {
+		writes := len(cl.Writes())
+		l := lost()
+		err := call.write(l, false)
+		require.ErrorIs(t, err, kubetest.ErrLockLost, call.what)
+		assert.ErrorContains(t, err, call.what+": the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-servicecidr")
+		assert.Len(t, cl.Writes(), writes, "%s: nothing sent", call.what)
+		assert.False(t, l.Held(), "%s: released", call.what)
+
+		require.NoError(t, call.write(lost(), true), "%s: a dry run takes no lock", call.what)
+
+		l = &kubetest.Lock{ChecksLeft: 1}
+		require.NoError(t, call.write(l, false), call.what)
+		assert.Len(t, cl.Writes(), writes+1, "%s: written", call.what)
+		assert.False(t, l.Held(), "%s: released after the write", call.what)
+		assert.Zero(t, l.ChecksLeft, "%s: checked once", call.what)
+	}
+	st, ok := cl.ServiceCIDR("extra")
+	assert.True(t, !ok || st.Terminating, "created, made dual-stack, then deleted")
 }

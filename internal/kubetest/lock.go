@@ -3,6 +3,7 @@ package kubetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -17,6 +18,9 @@ type Lock struct {
 	mu         sync.Mutex
 	holds      int
 	ChecksLeft int
+	// Name, when set, is in the error of a lost lock, as a Lease's
+	// namespace/name is in its.
+	Name string
 }
 
 // Lock takes the lock; it never fails.
@@ -41,12 +45,21 @@ func (l *Lock) Check() error {
 	switch {
 	case l.holds == 0:
 		return errors.New("test lock not held")
+	case l.ChecksLeft == 0 && l.Name != "":
+		return fmt.Errorf("%w: lease %s", ErrLockLost, l.Name)
 	case l.ChecksLeft == 0:
 		return ErrLockLost
 	case l.ChecksLeft > 0:
 		l.ChecksLeft--
 	}
 	return nil
+}
+
+// Lose makes the lock lost from now on, as a Lease another run took over.
+func (l *Lock) Lose() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ChecksLeft = 0
 }
 
 // Held reports whether a Lock call has not been released.

@@ -33,6 +33,24 @@ func Hold(ctx context.Context, l Locker) (release func(), err error) {
 	return release, nil
 }
 
+// HoldFor takes l around one write of a mutating call that has a lock
+// option, and returns its release, which is never nil; a nil l takes
+// nothing. The caller may pass the lock of its own run (its holder may take
+// it again): a lock not held any more is refused with CheckHeld's error, so
+// a run that lost its lock does not write. what says what is not done
+// ("not creating ServiceCIDR new").
+func HoldFor(ctx context.Context, l Locker, what string) (release func(), err error) {
+	release, err = Hold(ctx, l)
+	if err != nil {
+		return release, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := CheckHeld(l, what); err != nil {
+		release()
+		return func() {}, err
+	}
+	return release, nil
+}
+
 // CheckHeld returns nil when l is nil or still held, and otherwise an error
 // that says what is not done ("not deleting Service default/dns"), to be
 // returned before that destructive call.

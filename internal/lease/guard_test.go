@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 )
 
 // A Group takes every Lease or none: when one scope is held elsewhere, the
@@ -68,4 +70,45 @@ func TestHoldAndCheckHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, CheckHeld(l, "not deleting Service default/dns"))
 	release()
+}
+
+// HoldFor takes a free Lease around one write and releases it after; the
+// holder's own Lease is taken again; a Lease held elsewhere and a lock that
+// was lost are refused, saying what is not done, and nothing stays held.
+func TestHoldFor(t *testing.T) {
+	ctx := context.Background()
+	release, err := HoldFor(ctx, nil, "not creating x")
+	require.NoError(t, err)
+	release()
+
+	c := newClient()
+	l := newLease(t, c, Options{Identity: "bob@desk/7"})
+	release, err = HoldFor(ctx, l, "not creating x")
+	require.NoError(t, err)
+	require.NoError(t, l.Check(), "taken for the write")
+	release()
+	require.ErrorIs(t, l.Check(), ErrNotHeld, "released after it")
+
+	run, err := l.Lock(ctx)
+	require.NoError(t, err)
+	release, err = HoldFor(ctx, l, "not creating x")
+	require.NoError(t, err, "the run's own Lease")
+	release()
+	require.NoError(t, l.Check(), "still held by the run")
+	run()
+
+	other := newLease(t, c, Options{Identity: "alice@laptop/41"})
+	releaseOther, err := other.Lock(ctx)
+	require.NoError(t, err)
+	_, err = HoldFor(ctx, l, "not creating x")
+	require.ErrorIs(t, err, ErrHeld)
+	assert.ErrorContains(t, err, "not creating x: taking the lock: ")
+	assert.ErrorContains(t, err, "alice@laptop/41")
+	releaseOther()
+
+	lost := &kubetest.Lock{Name: "kube-system/cidrshift-servicecidr", ChecksLeft: 0}
+	_, err = HoldFor(ctx, lost, "not creating x")
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
+	assert.ErrorContains(t, err, "not creating x: the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-servicecidr")
+	assert.False(t, lost.Held(), "released after the refusal")
 }
