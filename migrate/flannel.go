@@ -25,6 +25,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/nodecidr"
 	"github.com/cidrshift/cidrshift/nodenet"
@@ -695,6 +696,17 @@ func flRestartable(p *corev1.Pod) (ok, manual bool) {
 	return c.Kind != "DaemonSet", false
 }
 
+// checkLock returns nil while the run holds its lock, or holds none (a plan
+// or a dry run); what says which call is not made ("not deleting pod
+// default/web-1 on node w1"). The hooks call it before each pod they delete
+// or evict: nodecidr checks the lock before each hook, not within one.
+func (m *FlannelPodCIDRMigration) checkLock(what string) error {
+	if m.env == nil {
+		return nil
+	}
+	return lease.CheckHeld(m.env.Lock, what)
+}
+
 func (m *FlannelPodCIDRMigration) restartPods(ctx context.Context, node *corev1.Node) error {
 	pods, err := flNodePods(ctx, m.o.Kube, node.Name)
 	if err != nil {
@@ -714,6 +726,9 @@ func (m *FlannelPodCIDRMigration) restartPods(ctx context.Context, node *corev1.
 		}
 		if !ok {
 			continue
+		}
+		if err := m.checkLock(fmt.Sprintf("not deleting pod %s/%s on node %s", p.Namespace, p.Name, node.Name)); err != nil {
+			return err
 		}
 		uid := p.UID
 		o := opts

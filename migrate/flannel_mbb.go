@@ -438,6 +438,9 @@ func (m *FlannelPodCIDRMigration) evict(ctx context.Context, p *corev1.Pod) (str
 	wait := m.o.PollInterval
 	refusals := 0
 	for {
+		if err := m.checkLock(fmt.Sprintf("not evicting pod %s/%s on node %s", p.Namespace, p.Name, p.Spec.NodeName)); err != nil {
+			return "", err
+		}
 		err := m.o.Kube.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):

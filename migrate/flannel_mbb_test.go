@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
 	"github.com/cidrshift/cidrshift/nodenet"
@@ -435,4 +436,67 @@ func TestFlannelMakeBeforeBreakStandbyBeforeEachDelete(t *testing.T) {
 		assert.False(t, got.NextPodCIDR.IsValid(), "w3 announces no MAC: no standby in %s's want", other)
 	}
 	assert.Contains(t, strings.Join(rep.Steps[3].Details, "\n"), "node w3: no standby before its delete: its flannel annotation announces no VtepMAC")
+}
+
+// A run whose Lease is lost while a pod's eviction is refused sends no
+// further eviction: the retry is not made, no other pod is evicted, and the
+// error names the lost Lease. The pod keeps its old address, still routed.
+func TestFlannelMakeBeforeBreakEvictsNothingAfterTheLockIsLost(t *testing.T) {
+	cs, srv := mbbCluster()
+	lock := &kubetest.Lock{Name: "kube-system/cidrshift-flannel", ChecksLeft: -1}
+	ev := installEvictions(cs, srv, func(pod string, call int) bool {
+		if pod == "web-a" && call == 1 {
+			lock.Lose() // taken over while the PodDisruptionBudget refuses
+			return true
+		}
+		return false
+	}, nil)
+	_, stop := agentsOn(cs, "w1", "w2", "w3")
+	defer stop()
+	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	waitAgents(t, agents, "w1", "w2", "w3")
+	m, err := migrate.FlannelPodCIDR(mbbOptions(cs))
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Agents: agents, Lock: lock}).Run(t.Context(), m)
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
+	assert.ErrorContains(t, err, "not evicting pod default/web-a on node w2: the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-flannel")
+	ev.mu.Lock()
+	assert.Equal(t, map[string]int{"web-a": 1}, ev.calls, "no eviction after the loss")
+	assert.Empty(t, ev.evicted)
+	ev.mu.Unlock()
+	assert.True(t, slices.ContainsFunc(srv.Pods(), func(p corev1.Pod) bool { return p.Name == "web-a" }), "never deleted")
+	assert.False(t, lock.Held(), "released")
+}
+
+// Without MakeBeforeBreak, a run whose Lease is lost after it deleted one
+// of a moved node's pods deletes no other: the restart-pods hook checks the
+// lock before each delete, and the error names the lost Lease.
+func TestFlannelDeletesNoPodAfterTheLockIsLost(t *testing.T) {
+	cs, srv := mbbCluster()
+	srv.AddPod(mbbPod("web-c", "w2", "10.244.2.6", webRS))
+	lock := &kubetest.Lock{Name: "kube-system/cidrshift-flannel", ChecksLeft: -1}
+	var mu sync.Mutex
+	var deleted []string
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == "default" {
+			mu.Lock()
+			deleted = append(deleted, a.(k8stesting.DeleteAction).GetName())
+			mu.Unlock()
+			lock.Lose() // taken over right after this delete
+		}
+		return false, nil, nil
+	})
+	o := flOptions(cs)
+	o.RewriteNodes, o.NodeRange = true, netip.MustParsePrefix("10.240.0.0/16")
+	m, err := migrate.FlannelPodCIDR(o)
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Lock: lock}).Run(t.Context(), m)
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, deleted, 1, "one pod deleted, none after the loss")
+	other := map[string]string{"web-a": "web-c", "web-c": "web-a"}[deleted[0]]
+	require.NotEmpty(t, other, "deleted %v", deleted)
+	assert.ErrorContains(t, err, "not deleting pod default/"+other+" on node w2: the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-flannel")
+	assert.True(t, slices.ContainsFunc(srv.Pods(), func(p corev1.Pod) bool { return p.Name == other }), "%s is left alone", other)
 }

@@ -231,8 +231,8 @@ type ApplyOptions struct {
 	Note string
 	// Lock, when set, is taken before the first write and held until Apply
 	// returns (dry runs do not take it); Apply checks it is still held
-	// before each node delete and stops the run when it is not. Use one per
-	// LockScope, such as the Lease of examples/noderecreate.
+	// before each node delete and each hook, and stops the run when it is
+	// not. Use one per LockScope, such as the Lease of examples/noderecreate.
 	Lock Locker
 	// ClusterJournal, when set, keeps a copy of every journal record in
 	// ConfigMaps of the cluster, so a run whose machine is lost is resumed
@@ -548,15 +548,13 @@ func (r *runner) finishRun(ctx context.Context) {
 	}
 }
 
-// checkLock returns nil when Apply holds no lock or still holds it.
-func (r *runner) checkLock(node string) error {
-	if r.opts.Lock == nil || r.dry() {
+// checkLock returns nil when Apply holds no lock, is a dry run, or still
+// holds its lock; what says which step is not taken ("not deleting node w1").
+func (r *runner) checkLock(what string) error {
+	if r.dry() {
 		return nil
 	}
-	if err := r.opts.Lock.Check(); err != nil {
-		return fmt.Errorf("not deleting node %s: the run no longer holds its lock: %w", node, err)
-	}
-	return nil
+	return lease.CheckHeld(r.opts.Lock, what)
 }
 
 type runner struct {
@@ -911,10 +909,8 @@ var (
 // process moves one node, re-reading it after conflicts. A run that lost
 // its lock touches no further node.
 func (r *runner) process(ctx context.Context, s *Step) error {
-	if r.opts.Lock != nil && !r.dry() {
-		if err := r.opts.Lock.Check(); err != nil {
-			return fmt.Errorf("not touching node %s: the run no longer holds its lock: %w", s.Node, err)
-		}
+	if err := r.checkLock("not touching node " + s.Node); err != nil {
+		return err
 	}
 	var last error
 	for attempt := 0; attempt < 6; attempt++ {
@@ -1053,7 +1049,7 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 	}
 	if !r.dry() {
 		for _, h := range r.opts.BeforeDelete {
-			if err := r.checkLock(s.Node); err != nil {
+			if err := r.checkLock("not running hook " + h.Name + " before deleting node " + s.Node); err != nil {
 				return err
 			}
 			if err := h.Run(ctx, cur.DeepCopy()); err != nil {
@@ -1062,7 +1058,7 @@ func (r *runner) recreate(ctx context.Context, s *Step, rec *nodeRecord, cur *co
 			r.emit(Event{Node: s.Node, Phase: PhaseHook, Message: h.Name + " (before the delete)"})
 		}
 	}
-	if err := r.checkLock(s.Node); err != nil {
+	if err := r.checkLock("not deleting node " + s.Node); err != nil {
 		return err
 	}
 	rec.Backup = cur.DeepCopy()
@@ -1278,7 +1274,7 @@ func (r *runner) deleteExact(ctx context.Context, n *corev1.Node) error {
 // and already has other podCIDRs: delete that incarnation and create the
 // backup with the planned podCIDRs.
 func (r *runner) deleteReregistered(ctx context.Context, s *Step, rec *nodeRecord, cur *corev1.Node) error {
-	if err := r.checkLock(s.Node); err != nil {
+	if err := r.checkLock("not deleting node " + s.Node); err != nil {
 		return err
 	}
 	if err := r.deleteExact(ctx, cur); err != nil && !apierrors.IsNotFound(err) {
@@ -1395,6 +1391,9 @@ func (r *runner) finish(ctx context.Context, s *Step, rec *nodeRecord, cur *core
 	for _, h := range r.opts.Hooks {
 		if h.Run == nil {
 			continue
+		}
+		if err := r.checkLock("not running hook " + h.Name + " on node " + s.Node); err != nil {
+			return err
 		}
 		if err := h.Run(ctx, got.DeepCopy()); err != nil {
 			return fmt.Errorf("hook %s on node %s (the node has its new podCIDRs; apply again to rerun the hook): %w", h.Name, s.Node, err)

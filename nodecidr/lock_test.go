@@ -154,6 +154,54 @@ func TestApplyStopsWhenTheLockIsLost(t *testing.T) {
 	}
 }
 
+// A run that loses its lock runs no further hook: the check comes before
+// each hook of each node, the error names the lost Lease, and the node whose
+// hooks were not run keeps its record open, so the next Apply runs them.
+func TestApplyRunsNoHookAfterTheLockIsLost(t *testing.T) {
+	for _, tc := range []struct {
+		checksLeft int
+		ran        []string
+		msg        string
+	}{
+		{2, nil, "not running hook first on node w1"},                   // lost before w1's first hook
+		{3, []string{"first w1"}, "not running hook second on node w1"}, // lost between its two hooks
+	} {
+		t.Run(tc.msg, func(t *testing.T) {
+			nodes := storyOne()
+			c, s := newCluster(nodes...)
+			p := rebasePlan(t, c)
+			var mu sync.Mutex
+			var log, ran []string
+			logWrites(c, &mu, &log)
+			hook := func(name string) Hook {
+				return Hook{Name: name, Run: func(_ context.Context, n *corev1.Node) error {
+					mu.Lock()
+					defer mu.Unlock()
+					ran = append(ran, name+" "+n.Name)
+					return nil
+				}}
+			}
+			hooks := []Hook{hook("first"), hook("second")}
+			// One check before w1 is touched, one before its delete, one per hook.
+			lock := &kubetest.Lock{Name: "kube-system/cidrshift-nodecidr", ChecksLeft: tc.checksLeft}
+			dir := t.TempDir()
+			res, err := Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Concurrency: 1, Hooks: hooks, Lock: lock})
+			require.ErrorIs(t, err, kubetest.ErrLockLost)
+			assert.ErrorContains(t, err, tc.msg+": the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-nodecidr")
+			assert.Equal(t, tc.ran, ran, "no hook after the loss")
+			assert.Equal(t, []string{"w1"}, res.Changed, "w1 has its new podCIDRs, its hooks are left to the next run")
+			assert.Equal(t, []string{"delete w1", "create w1"}, log, "no other node touched")
+			require.Len(t, s.Nodes(), 4, "no node lost")
+
+			ran = nil
+			_, err = Apply(ctxT(t), c, p, ApplyOptions{JournalDir: dir, Concurrency: 1, Hooks: hooks, Lock: &kubetest.Lock{ChecksLeft: -1}})
+			require.NoError(t, err)
+			assert.Equal(t, []string{"first w1", "second w1"}, ran[:2], "the next run runs w1's hooks first")
+			checkMoved(t, s, nodes, p)
+		})
+	}
+}
+
 // A lock held elsewhere refuses the run before anything is written.
 func TestApplyRefusedByTheLock(t *testing.T) {
 	nodes := storyOne()
