@@ -276,6 +276,10 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 		code, killed, out := rbRun(t, exec.Command(bin, args...), kill)
 		if killed {
 			kills++
+			// The killed run's machine is lost: the next runs have an empty
+			// journal directory and resume from the journal kept in the
+			// cluster.
+			args = rbWithJournal(args, filepath.Join(t.TempDir(), "other-machine"))
 			continue
 		}
 		if code == 3 {
@@ -350,6 +354,16 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 			assert.NotEqual(t, before[nm].UID, n.UID, "duplicate node %s should have been recreated", nm)
 		}
 	}
+
+	// Every node's metadata (labels, annotations, taints, unschedulable) is
+	// as before the run, recreated nodes included.
+	meta := nodeE2ESnapshot(before)
+	poll(t, 60*time.Second, "node metadata identical to before the run", func(ctx context.Context) error {
+		if d := nodeE2EMetaDiff(meta, nodeE2ESnapshot(nodeE2ENodes(t, ctx, cs))); len(d) > 0 {
+			return fmt.Errorf("%d nodes differ:\n%s", len(d), strings.Join(d[:min(len(d), 3)], "\n"))
+		}
+		return nil
+	})
 
 	// No pod garbage-collected: the bare pods (never restarted by the
 	// runbook) keep their UIDs, recreated nodes included; Deployment pods on
