@@ -37,8 +37,4 @@ func TestApplyRefusedWhileTheLeaseIsHeld(t *testing.T) {
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, stderr, "is held by bob@desk/7")
 	assert.True(t, w.has(t, pfx+"/subnets/10.99.1.0-24"), "the lease was not moved")
-
-	// Without a kubeconfig, etcd mode has no cluster to hold a Lease in.
-	code, out, _ := w.run(t, "move", "10.99.1.0-24", "--apply")
-	assert.Equal(t, 0, code, out)
 }

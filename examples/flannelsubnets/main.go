@@ -29,11 +29,11 @@
 // the credentials, 130 interrupted.
 //
 // --apply holds the Lease cidrshift-flannel in --lock-namespace (default
-// kube-system) while it writes, when a cluster is at hand (kube mode, or etcd
-// mode with --kubeconfig or $KUBECONFIG): a second run is refused naming the
-// holder. --steal-lock takes over an expired Lease, --no-lock takes none
-// (RBAC: get, create, update on leases there). In etcd mode without a
-// kubeconfig no lock is taken.
+// kube-system) while it writes: a second run is refused naming the holder.
+// --steal-lock takes over an expired Lease, --no-lock takes none (RBAC: get,
+// create, update on leases there). In etcd mode the Lease needs a cluster:
+// --apply is refused (exit 2) without --kubeconfig or $KUBECONFIG, unless
+// --no-lock is given.
 package main
 
 import (
@@ -116,7 +116,9 @@ Commands:
   move KEY [SUBNET[,SUBNET6]]   move a lease, to the lowest free subnet by default (etcd mode)
   set-network CIDR[,CIDR6]      rewrite the network config (and, with --move-leases, the leases)
 
-KEY is a lease key or its name, e.g. 172.7.3.0-24. Changes print a plan; --apply writes it.
+KEY is a lease key or its name, e.g. 172.7.3.0-24. Changes print a plan; --apply writes it,
+holding the Lease cidrshift-flannel: in etcd mode give --kubeconfig (or set KUBECONFIG) for
+it, or --no-lock to write without a lock.
 
 Flags:
 `
@@ -166,7 +168,7 @@ func runWith(ctx context.Context, d deps, args []string, stdout, stderr io.Write
 	if err != nil {
 		err = usagef("%v", err)
 	} else {
-		err = o.validate(pos)
+		err = o.validate(pos, o.hasKubeconfig(d))
 	}
 	if err == nil {
 		err = execute(ctx, d, o, pos, stdout)
@@ -196,7 +198,15 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func (o options) validate(pos []string) error {
+// hasKubeconfig reports whether a kubeconfig is at hand: --kubeconfig or
+// $KUBECONFIG. Etcd mode then reads the node list and takes the Lease there.
+func (o options) hasKubeconfig(d deps) bool {
+	return o.kubeconfig != "" || d.getenv("KUBECONFIG") != ""
+}
+
+// validate checks the flags and arguments; cluster says whether a
+// kubeconfig is at hand (hasKubeconfig).
+func (o options) validate(pos []string, cluster bool) error {
 	if err := cli.CheckFormat(o.output); err != nil {
 		return usagef("%v", err)
 	}
@@ -267,6 +277,9 @@ func (o options) validate(pos []string) error {
 		case o.dryRun != "":
 			return usagef("--dry-run=%s goes with rm, move or set-network; %s only reads", o.dryRun, cmd)
 		}
+	}
+	if !o.kubeSubnetMgr && o.apply && o.dryRun == "" && !o.lock.Off && !cluster {
+		return usagef("--apply in etcd mode holds the Lease %s, which needs a cluster: give --kubeconfig (or set KUBECONFIG), or --no-lock to write without a lock (nothing then stops a second run)", flannel.LockScope)
 	}
 	if o.kubeSubnetMgr {
 		if o.journalDir != "" {
@@ -382,7 +395,7 @@ func loadEtcd(ctx context.Context, d deps, o options) (*etcdEnv, io.Closer, erro
 		return nil, nil, etcdError(o, err)
 	}
 	env := &etcdEnv{reg: reg, snap: snap, byAddr: map[netip.Addr]string{}}
-	if o.kubeconfig != "" || d.getenv("KUBECONFIG") != "" {
+	if o.hasKubeconfig(d) {
 		kc, err := d.kube(o.kubeconfig, o.kubeContext)
 		if err == nil {
 			env.kube = kc

@@ -305,7 +305,7 @@ func TestRunEtcdChanges(t *testing.T) {
 	assert.Equal(t, "NODE", co.Cleanup[0].Node, "no node list: the node is named by its IP only")
 
 	// Move the whole network with the leases.
-	code, out, _ = w.run(t, "set-network", "172.8.0.0/16", "--move-leases", "--apply", "-o", "yaml")
+	code, out, _ = w.run(t, "set-network", "172.8.0.0/16", "--move-leases", "--apply", "--no-lock", "-o", "yaml")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "mode: apply")
 	assert.Contains(t, out, "done: true")
@@ -321,6 +321,40 @@ func TestRunEtcdChanges(t *testing.T) {
 	assert.Contains(t, stderr, "network is too small")
 }
 
+// In etcd mode --apply holds the Lease cidrshift-flannel, which needs a
+// cluster: without --kubeconfig or $KUBECONFIG it is refused before etcd is
+// dialled, naming the flags, unless --no-lock is given; a dry run takes no
+// lock and needs none.
+func TestRunEtcdApplyNeedsAClusterForTheLock(t *testing.T) {
+	w := storyWorld(t)
+	lease := pfx + "/subnets/10.99.1.0-24"
+	rev := w.kv.Revision()
+	code, out, stderr := w.run(t, "move", "10.99.1.0-24", "--apply")
+	assert.Equal(t, 2, code, out)
+	assert.Equal(t, "flannelsubnets: --apply in etcd mode holds the Lease cidrshift-flannel, which needs a cluster: give --kubeconfig (or set KUBECONFIG), or --no-lock to write without a lock (nothing then stops a second run)\n", stderr)
+	assert.Empty(t, w.dialed, "refused before etcd is dialled")
+	assert.Equal(t, rev, w.kv.Revision(), "nothing written")
+
+	code, out, _ = w.run(t, "move", "10.99.1.0-24", "--dry-run=client")
+	assert.Equal(t, 0, code, out)
+	assert.True(t, w.has(t, lease), "a dry run writes nothing")
+
+	code, out, _ = w.run(t, "move", "10.99.1.0-24", "--apply", "--no-lock")
+	assert.Equal(t, 0, code, out)
+	assert.False(t, w.has(t, lease), "moved without a lock")
+	leases, err := w.kube.CoordinationV1().Leases("kube-system").List(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, leases.Items, "--no-lock takes no Lease")
+
+	// $KUBECONFIG is a cluster too: the Lease is taken there.
+	w.envKube = "kc"
+	code, out, _ = w.run(t, "move", "172.7.3.0-24", "--apply")
+	assert.Equal(t, 0, code, out)
+	assert.False(t, w.has(t, pfx+"/subnets/172.7.3.0-24"), "moved")
+	_, err = w.kube.CoordinationV1().Leases("kube-system").Get(context.Background(), "cidrshift-flannel", metav1.GetOptions{})
+	require.NoError(t, err, "the Lease was taken")
+}
+
 // A lease renewed between plan and apply: the change is refused, exit 1.
 func TestRunEtcdConflict(t *testing.T) {
 	w := storyWorld(t)
@@ -331,7 +365,7 @@ func TestRunEtcdConflict(t *testing.T) {
 		return renewingKV{KV: kv, m: w.kv}, c, err
 	}
 	var out, errb bytes.Buffer
-	code := runWith(context.Background(), d, []string{"move", "172.7.3.0-24", "--apply"}, &out, &errb)
+	code := runWith(context.Background(), d, []string{"move", "172.7.3.0-24", "--apply", "--no-lock"}, &out, &errb)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "conflict on "+pfx+"/subnets/172.7.3.0-24")
 	assert.Contains(t, out.String(), "step 1: conflict")
