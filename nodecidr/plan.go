@@ -84,6 +84,13 @@ type PlanOptions struct {
 	Mode Mode
 	// Rebase has one pair per family for ModeRebase.
 	Rebase []RebasePair
+	// After, in ModeRebase, are kube-controller-manager's node IPAM flags
+	// once the nodes are moved, for the plan's preflight
+	// (Plan.ControllerManager). Without it they are derived from Rebase,
+	// which is right unless the nodes also hold a family Rebase does not
+	// move (a dual-stack cluster moving one family): the flags then keep
+	// that family's range, which only the caller knows.
+	After *cidr.ControllerManagerFlags
 	// Layout is the target layout for ModeAllocate and the current layout for
 	// ModeFix: cluster CIDR(s) in order, node masks (0 means the default), and
 	// optionally the Service CIDR(s), whose subnets are never handed out.
@@ -291,6 +298,9 @@ func PlanNodes(nodes []corev1.Node, opts PlanOptions) (*Plan, error) {
 			return nil, err
 		}
 		flags = rebaseFlags(p, opts.Rebase)
+		if opts.After != nil {
+			flags = *opts.After
+		}
 	case ModeAllocate, ModeFix:
 		if err := checkLayout(opts.Layout); err != nil {
 			return nil, err
