@@ -47,6 +47,18 @@ const (
 	rbcNewFlag = "--cluster-cidr=" + rbcNewCIDR
 )
 
+// The dual-stack variant (issue 19): the same cluster with an IPv6 family
+// (pool, node subnets, Services) that the IPv4 move keeps.
+const (
+	rbcV6CIDR    = "fd00:10:233::/56"
+	rbcV6SvcCIDR = "fd00:10:96::/112"
+	rbcV6Pool    = "default-ipv6-ippool"
+	// rbcV6PoolCIDR is the IPv6 pool, inside rbcV6CIDR; small, as the
+	// IPAM that plays Calico's cuts it into blocks.
+	rbcV6PoolCIDR = "fd00:10:233:40::/116"
+	rbcDualFlag   = "--cluster-cidr=" + rbcNewCIDR + "," + rbcV6CIDR
+)
+
 // rbcNodes are a subset of calicoNodes, so calicoKubelet plays their kubelets.
 var rbcNodes = []string{"master1", "worker1", "worker2"}
 
@@ -60,6 +72,7 @@ type rbcEnv struct {
 	c     *harness.Cluster
 	kube  kubernetes.Interface
 	pools calico.PoolStore
+	dual  bool
 }
 
 func rbcBuild(t *testing.T) string {
@@ -78,14 +91,22 @@ func rbcBuild(t *testing.T) string {
 	return bin
 }
 
-func rbcStart(t *testing.T) *rbcEnv {
+// rbcStart starts story 1's cluster; dual adds the IPv6 family: the
+// control plane dual-stack, an IPv6 pool beside the IPv4 one, and
+// kubeadm-config's ClusterConfiguration (where the runbook finds the
+// IPv6 range it keeps).
+func rbcStart(t *testing.T, dual bool) *rbcEnv {
 	t.Helper()
-	c := harness.Start(t, harness.Options{
+	opts := harness.Options{
 		ClusterCIDR:      rbcOldCIDR,
 		NodeCIDRMaskSize: 24,
 		ServiceCIDR:      rbcSvcCIDR,
 		Disable:          []harness.Component{harness.Kwok},
-	})
+	}
+	if dual {
+		opts.ClusterCIDR, opts.NodeCIDRMaskSizeIPv6, opts.ServiceCIDR = rbcOldCIDR+","+rbcV6CIDR, 64, rbcSvcCIDR+","+rbcV6SvcCIDR
+	}
+	c := harness.Start(t, opts)
 	ctx := t.Context()
 	kube, err := c.Client()
 	require.NoError(t, err)
@@ -110,6 +131,21 @@ func rbcStart(t *testing.T) *rbcEnv {
 		"spec":     map[string]any{"cidr": rbcOldCIDR, "blockSize": int64(26), "vxlanMode": "Always", "natOutgoing": true, "nodeSelector": "all()"},
 	}}, metav1.CreateOptions{})
 	require.NoError(t, err, "create the old IPPool")
+	if dual {
+		_, err = dyn.Resource(calico.IPPoolsV1).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": calico.IPPoolsV1.GroupVersion().String(), "kind": "IPPool",
+			"metadata": map[string]any{"name": rbcV6Pool},
+			"spec":     map[string]any{"cidr": rbcV6PoolCIDR, "blockSize": int64(122), "vxlanMode": "Never", "natOutgoing": false, "nodeSelector": "all()"},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err, "create the IPv6 IPPool")
+		_, err = kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: metav1.NamespaceSystem},
+			Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n" +
+				"  podSubnet: " + rbcOldCIDR + "," + rbcV6CIDR + "\n  serviceSubnet: " + rbcSvcCIDR + "," + rbcV6SvcCIDR + "\n" +
+				"controllerManager:\n  extraArgs:\n  - name: node-cidr-mask-size-ipv4\n    value: \"24\"\n  - name: node-cidr-mask-size-ipv6\n    value: \"64\"\n"},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err, "create kubeadm-config")
+	}
 
 	kl := &calicoKubelet{kube: kube, beat: map[string]time.Time{}}
 	stopKubelet := calicotest.Loop(ctx, 500*time.Millisecond, func(err error) { t.Logf("fake kubelet: %v", err) }, kl.sync)
@@ -173,7 +209,7 @@ func rbcStart(t *testing.T) *rbcEnv {
 	require.NoError(t, err)
 	_, err = kube.AppsV1().Deployments("default").Create(ctx, calicoDeployment("default", "web", 3, nil), metav1.CreateOptions{})
 	require.NoError(t, err)
-	e := &rbcEnv{c: c, kube: kube, pools: pools}
+	e := &rbcEnv{c: c, kube: kube, pools: pools, dual: dual}
 	poll(t, 90*time.Second, "every pod Ready with an address in the old pool", func(ctx context.Context) error {
 		return e.podsIn(ctx, old)
 	})
@@ -202,6 +238,9 @@ func (e *rbcEnv) podsIn(ctx context.Context, prefix netip.Prefix) error {
 		in, bad := calico.PodIPsIn(p.Status.PodIP, calicoPodIPs(&p), prefix)
 		if len(bad) > 0 || len(in) == 0 {
 			problems = append(problems, fmt.Sprintf("%s/%s has IPs %v, not in %s", p.Namespace, p.Name, calicoPodIPs(&p), prefix))
+		}
+		if v6, _ := calico.PodIPsIn("", calicoPodIPs(&p), netip.MustParsePrefix(rbcV6PoolCIDR)); e.dual && len(v6) != 1 {
+			problems = append(problems, fmt.Sprintf("%s/%s has IPs %v, none in the IPv6 pool %s", p.Namespace, p.Name, calicoPodIPs(&p), rbcV6PoolCIDR))
 		}
 	}
 	if n != rbcPods {
@@ -322,7 +361,21 @@ var rbcKillPoints = []string{
 func TestRunbookCalico(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
-	rbcScenario(t, "")
+	rbcScenario(t, "", false)
+}
+
+// TestRunbookCalicoDualStack is story 1 in a dual-stack cluster (issue
+// 19): the runbook moves the IPv4 family and keeps the IPv6 one. It finds
+// the IPv6 range in kubeadm-config, asks the operator for
+// --cluster-cidr=10.200.0.0/16,fd00:10:233::/56, writes that podSubnet back
+// to kubeadm-config, and leaves every node's IPv6 podCIDR, the IPv6 pool
+// and every pod's IPv6 address as they were; the real dual-stack
+// kube-controller-manager starts with the new flag and hands a joining node
+// a pair.
+func TestRunbookCalicoDualStack(t *testing.T) {
+	skipInShortMode(t)
+	t.Parallel()
+	rbcScenario(t, "", true)
 }
 
 func TestRunbookCalicoKilled(t *testing.T) {
@@ -335,12 +388,16 @@ func TestRunbookCalicoKilled(t *testing.T) {
 		killOn = at
 	}
 	t.Logf("seed %d: kill the runbook at the first stderr line containing %q", seed, killOn)
-	rbcScenario(t, killOn)
+	rbcScenario(t, killOn, false)
 }
 
-func rbcScenario(t *testing.T, killOn string) {
+func rbcScenario(t *testing.T, killOn string, dual bool) {
 	bin := rbcBuild(t)
-	e := rbcStart(t)
+	e := rbcStart(t, dual)
+	newFlag := rbcNewFlag
+	if dual {
+		newFlag = rbcDualFlag
+	}
 	ctx := t.Context()
 	c, cs := e.c, e.kube
 	before := nodeE2ESettled(t, cs, len(rbcNodes), time.Minute)
@@ -380,7 +437,7 @@ func rbcScenario(t *testing.T, killOn string) {
 		if code == 3 {
 			require.False(t, operatorDone, "the runbook waits again after the operator restarted kube-controller-manager:\n%s", out)
 			assert.Contains(t, out, "WAITING FOR AN OPERATOR (step controller-manager-flags)")
-			assert.Contains(t, out, rbcNewFlag)
+			assert.Contains(t, out, newFlag)
 			// Before the restart every node is in the new range, the probe is
 			// gone and no pod has moved yet.
 			for _, name := range rbcNodes {
@@ -392,8 +449,8 @@ func rbcScenario(t *testing.T, killOn string) {
 			require.True(t, apierrors.IsNotFound(err), "probe node deleted: %v", err)
 			require.NoError(t, e.podsIn(ctx, netip.MustParsePrefix(rbcOldCIDR)), "pods wait for the new flag")
 			rs := time.Now()
-			require.NoError(t, c.Restart(ctx, harness.ControllerManager, rbcNewFlag))
-			t.Logf("operator: restarted kube-controller-manager with %s in %s", rbcNewFlag, time.Since(rs).Round(time.Millisecond))
+			require.NoError(t, c.Restart(ctx, harness.ControllerManager, newFlag))
+			t.Logf("operator: restarted kube-controller-manager with %s in %s", newFlag, time.Since(rs).Round(time.Millisecond))
 			operatorDone = true
 			continue
 		}
@@ -433,7 +490,11 @@ func rbcScenario(t *testing.T, killOn string) {
 		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
 		require.NoError(t, err, n.Name)
 		assert.True(t, newCIDR.Contains(p.Addr()) && p.Bits() == 24, "%s podCIDR %s", n.Name, p)
-		assert.Equal(t, []string{n.Spec.PodCIDR}, n.Spec.PodCIDRs)
+		want := []string{n.Spec.PodCIDR}
+		if old := before[n.Name]; old != nil && dual {
+			want = append(want, old.Spec.PodCIDRs[1]) // the IPv6 podCIDR stays
+		}
+		assert.Equal(t, want, n.Spec.PodCIDRs, "%s", n.Name)
 		if old := before[n.Name]; old != nil {
 			assert.NotEqual(t, old.UID, n.UID, "%s recreated", n.Name)
 		}
@@ -467,8 +528,21 @@ func rbcScenario(t *testing.T, killOn string) {
 		if err != nil || !newCIDR.Contains(p.Addr()) {
 			return fmt.Errorf("podCIDR %q", n.Spec.PodCIDR)
 		}
+		if dual && (len(n.Spec.PodCIDRs) != 2 || !netip.MustParsePrefix(rbcV6CIDR).Contains(netip.MustParsePrefix(n.Spec.PodCIDRs[1]).Addr())) {
+			return fmt.Errorf("podCIDRs %q: want a pair, IPv6 in %s", n.Spec.PodCIDRs, rbcV6CIDR)
+		}
 		return nil
 	})
+	if dual {
+		v6, err := e.pools.Get(ctx, rbcV6Pool)
+		require.NoError(t, err)
+		assert.Equal(t, rbcV6PoolCIDR, v6.Spec.CIDR)
+		assert.False(t, v6.Spec.Disabled, "the IPv6 pool is left alone")
+		cm, err := cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "kubeadm-config", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Contains(t, cm.Data["ClusterConfiguration"], "podSubnet: "+rbcNewCIDR+","+rbcV6CIDR)
+		assert.Contains(t, cm.Data["ClusterConfiguration"], "serviceSubnet: "+rbcSvcCIDR+","+rbcV6SvcCIDR)
+	}
 
 	// Finished: a rerun reports every step done.
 	code, _, out = rbcRun(t, bin, args, "")

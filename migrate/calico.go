@@ -57,7 +57,11 @@ const (
 // range (story 1: pod CIDR 10.233.64.0/18 with /24 node masks, boxed in by
 // the Service CIDR 10.233.0.0/18, moves to 10.200.0.0/16). Errors name the
 // options by the flags of examples/migrate-calico-podcidr (--to, --from, ...).
-// IPv4 single-stack clusters only.
+// To, From, NewPoolCIDR and ServiceCIDR are of one family, IPv4 or IPv6. In
+// a dual-stack cluster the migration moves that family and keeps the other:
+// kube-controller-manager's --cluster-cidr, kubeadm's podSubnet and
+// kube-proxy's clusterCIDR keep the other family's range, in the cluster's
+// order, and every node keeps its podCIDR of that family.
 type CalicoPodCIDROptions struct {
 	// Cluster reaches the cluster: Kube and Pools are required, Blocks and
 	// Dynamic are used when set (see calico.Cluster).
@@ -77,8 +81,9 @@ type CalicoPodCIDROptions struct {
 	NewPool string
 	// NewPoolCIDR is the new IPPool's CIDR, inside To (default To).
 	NewPoolCIDR netip.Prefix
-	// NodeMask is kube-controller-manager's --node-cidr-mask-size (default:
-	// as found in the cluster, else 24).
+	// NodeMask is kube-controller-manager's node mask of To's family
+	// (--node-cidr-mask-size, or -ipv4/-ipv6 in a dual-stack cluster;
+	// default: as found in the cluster, else 24 for IPv4 and 64 for IPv6).
 	NodeMask int
 	// Move is how pods leave the old pool: calico.MoveRollout (default) or
 	// calico.MoveEvict.
@@ -153,8 +158,16 @@ type CalicoPodCIDRMigration struct {
 	from, to, svc, poolCIDR netip.Prefix
 	newPool                 string
 	nodeMask                int
-	cplan                   *calico.SwapPlan
-	nplan                   *nodecidr.Plan
+	// keep is the other family's cluster CIDR in a dual-stack cluster (zero
+	// otherwise), as kube-controller-manager's --cluster-cidr lists it;
+	// keepFirst says it comes first there; keepMask is its node mask.
+	// svcFlag is --service-cluster-ip-range as found (both families).
+	keep      netip.Prefix
+	keepFirst bool
+	keepMask  int
+	svcFlag   string
+	cplan     *calico.SwapPlan
+	nplan     *nodecidr.Plan
 	// cplanSaved and nplanSaved: the plan is in the journal.
 	cplanSaved, nplanSaved bool
 	// saving: the intent is recorded (Prepared.Save ran); a plan made from
@@ -205,8 +218,8 @@ func (o CalicoPodCIDROptions) Validate() error {
 		if f.p != f.p.Masked() {
 			return inputf("%s %s: has host bits set; the network is %s", f.name, f.p, f.p.Masked())
 		}
-		if !f.p.Addr().Is4() {
-			return inputf("%s %s: only IPv4 single-stack clusters are supported by this runbook", f.name, f.p)
+		if f.p.Addr().Is4() != o.To.Addr().Is4() {
+			return inputf("%s %s: not of --to %s's family; the runbook moves one family (the other one stays as it is)", f.name, f.p, o.To)
 		}
 	}
 	if o.NewPoolCIDR.IsValid() && !cidr.ContainsPrefix(o.To, o.NewPoolCIDR) {
@@ -220,8 +233,8 @@ func (o CalicoPodCIDROptions) Validate() error {
 	if err := checkManifestDirs(o.Manifests, o.Out); err != nil {
 		return err
 	}
-	if o.NodeMask < 0 || o.NodeMask > 32 {
-		return inputf("--node-mask %d: want 1-32 (IPv4)", o.NodeMask)
+	if bits := o.To.Addr().BitLen(); o.NodeMask < 0 || o.NodeMask > bits {
+		return inputf("--node-mask %d: want 1-%d (--to %s)", o.NodeMask, bits, o.To)
 	}
 	for _, d := range []struct {
 		name string
@@ -267,7 +280,7 @@ func (m *CalicoPodCIDRMigration) NewPool() string {
 	if m.o.NewPool != "" {
 		return m.o.NewPool
 	}
-	return "ippool-" + strings.NewReplacer(".", "-", "/", "-").Replace(m.newPoolCIDR().String())
+	return "ippool-" + strings.NewReplacer(".", "-", ":", "-", "/", "-").Replace(m.newPoolCIDR().String())
 }
 
 func (m *CalicoPodCIDRMigration) newPoolCIDR() netip.Prefix {
@@ -406,29 +419,69 @@ func (m *CalicoPodCIDRMigration) discover(ctx context.Context) error {
 		m.from = pfx
 	}
 	m.nodeMask = m.o.NodeMask
-	if !m.svc.IsValid() || m.nodeMask == 0 {
-		d, err := nodecidr.DiscoverControllerManagerFlags(ctx, m.kube())
-		if err != nil && !errors.Is(err, nodecidr.ErrNotDiscovered) {
-			return err
-		}
-		if d != nil {
-			if !m.svc.IsValid() && d.Flags.ServiceClusterIPRange != "" {
-				if ps, _, perr := cidr.ParseListLenient(d.Flags.ServiceClusterIPRange); perr == nil && len(ps) > 0 {
-					m.svc = ps[0]
+	m.keep, m.keepFirst, m.keepMask, m.svcFlag = netip.Prefix{}, false, 0, ""
+	v4 := m.to.Addr().Is4()
+	// kube-controller-manager's flags, as its mirror pod shows them: the
+	// Service range and node mask of To's family when not given, and in a
+	// dual-stack cluster the other family, which the move keeps.
+	d, err := nodecidr.DiscoverControllerManagerFlags(ctx, m.kube())
+	if err != nil && !errors.Is(err, nodecidr.ErrNotDiscovered) {
+		return err
+	}
+	if d != nil {
+		m.svcFlag = d.Flags.ServiceClusterIPRange
+		if ps, _, perr := cidr.ParseListLenient(d.Flags.ServiceClusterIPRange); perr == nil && !m.svc.IsValid() {
+			for _, p := range ps {
+				if p.Addr().Is4() == v4 {
+					m.svc = p
+					break
 				}
 			}
-			if m.nodeMask == 0 {
-				m.nodeMask = max(d.Flags.NodeCIDRMaskSizeIPv4, d.Flags.NodeCIDRMaskSize)
+		}
+		masks := map[bool]int{true: max(d.Flags.NodeCIDRMaskSizeIPv4, d.Flags.NodeCIDRMaskSize), false: d.Flags.NodeCIDRMaskSizeIPv6}
+		if ps, _, perr := cidr.ParseListLenient(d.Flags.ClusterCIDR); perr == nil {
+			for i, p := range ps {
+				if p.Addr().Is4() != v4 {
+					m.keep, m.keepFirst, m.keepMask = p, i == 0, masks[p.Addr().Is4()]
+				}
+			}
+			if len(ps) == 1 && !v4 {
+				masks[false] = max(masks[false], d.Flags.NodeCIDRMaskSize) // single-stack IPv6
 			}
 		}
-		if !m.svc.IsValid() {
-			return inputf("--service-cidr is required: kube-controller-manager's --service-cluster-ip-range was not found in the cluster")
+		if m.nodeMask == 0 {
+			m.nodeMask = masks[v4]
 		}
+	}
+	if !m.svc.IsValid() {
+		return inputf("--service-cidr is required: kube-controller-manager's --service-cluster-ip-range was not found in the cluster")
 	}
 	if m.nodeMask == 0 {
 		m.nodeMask = cidr.DefaultNodeMaskIPv4
+		if !v4 {
+			m.nodeMask = cidr.DefaultNodeMaskIPv6
+		}
+	}
+	if m.keep.IsValid() && m.keepMask == 0 {
+		m.keepMask = cidr.DefaultNodeMaskIPv4
+		if m.keep.Addr().Is6() {
+			m.keepMask = cidr.DefaultNodeMaskIPv6
+		}
 	}
 	return nil
+}
+
+// clusterCIDR is kube-controller-manager's --cluster-cidr (and kubeadm's
+// podSubnet) at the end: To, with the range of the family the move keeps in
+// its place in a dual-stack cluster.
+func (m *CalicoPodCIDRMigration) clusterCIDR() string {
+	switch {
+	case !m.keep.IsValid():
+		return m.to.String()
+	case m.keepFirst:
+		return m.keep.String() + "," + m.to.String()
+	}
+	return m.to.String() + "," + m.keep.String()
 }
 
 // validate checks the inputs against the cluster, read-only, and makes the
@@ -477,11 +530,23 @@ func (m *CalicoPodCIDRMigration) validate(ctx context.Context, found bool) ([]st
 
 // newFlags are kube-controller-manager's node IPAM flags at the end.
 func (m *CalicoPodCIDRMigration) newFlags() cidr.ControllerManagerFlags {
-	return cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: m.to.String(), NodeCIDRMaskSize: m.nodeMask, ServiceClusterIPRange: m.svc.String()}
+	f := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: m.clusterCIDR(), NodeCIDRMaskSize: m.nodeMask, ServiceClusterIPRange: m.svc.String()}
+	if m.keep.IsValid() {
+		f.NodeCIDRMaskSize = 0
+		f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.nodeMask, m.keepMask
+		if m.to.Addr().Is6() {
+			f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.keepMask, m.nodeMask
+		}
+		if m.svcFlag != "" {
+			f.ServiceClusterIPRange = m.svcFlag
+		}
+	}
+	return f
 }
 
 func (m *CalicoPodCIDRMigration) rebase() nodecidr.PlanOptions {
-	return nodecidr.PlanOptions{Mode: nodecidr.ModeRebase, Rebase: []nodecidr.RebasePair{{From: m.from, To: m.to}}}
+	after := m.newFlags()
+	return nodecidr.PlanOptions{Mode: nodecidr.ModeRebase, Rebase: []nodecidr.RebasePair{{From: m.from, To: m.to}}, After: &after}
 }
 
 // --- step 1: preflight ---
@@ -522,7 +587,7 @@ func (m *CalicoPodCIDRMigration) preflight(ctx context.Context, sr *StepReport) 
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
 			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() == m.to.Addr().Is4() {
 				ranges = append(ranges, cidr.Range{Name: "node " + n.Name + " address", Kind: cidr.KindNodeNetwork, Prefix: netip.PrefixFrom(ip, 32)})
 			}
 		}
@@ -787,7 +852,7 @@ func (m *CalicoPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *St
 		sr.Details = append(sr.Details, "warning: "+w)
 	}
 	if cm := p.ControllerManager; cm != nil && !cm.WouldStart {
-		return fmt.Errorf("kube-controller-manager would not start with --cluster-cidr=%s after this plan: %s", m.to, calPreflightProblems(*cm))
+		return fmt.Errorf("kube-controller-manager would not start with --cluster-cidr=%s after this plan: %s", m.clusterCIDR(), calPreflightProblems(*cm))
 	}
 	if m.mode == ModePlan || len(p.Steps) == 0 {
 		return nil
@@ -825,14 +890,14 @@ func (m *CalicoPodCIDRMigration) kubeadmConfig(ctx context.Context, _ *Env, sr *
 		sr.Details = append(sr.Details, "no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
-	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
+	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.clusterCIDR()},
 		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.kube(), snap, m.env, sr)
 }
 
 // --- step 6: kube-controller-manager --cluster-cidr (operator) ---
 
 func (m *CalicoPodCIDRMigration) controllerManagerFlags(ctx context.Context, env *Env, sr *StepReport) error {
-	flagValue := m.to.String()
+	flagValue := m.clusterCIDR()
 	var instr []string
 	if m.o.Manifests != "" {
 		in, err := renderManifest(m.o.Manifests, m.o.Out, kubeadmcfg.ControllerManagerManifest, []kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: flagValue}}, sr)
@@ -871,7 +936,7 @@ func (m *CalicoPodCIDRMigration) controllerManagerFlags(ctx context.Context, env
 // the new --cluster-cidr: its kubeadm mirror pods all carry the flag, or (with
 // ProbeNode) a Node created without podCIDR gets one inside the new range.
 func (m *CalicoPodCIDRMigration) observeFlags(ctx context.Context, env *Env) (bool, string, error) {
-	want := m.to.String()
+	want := m.clusterCIDR()
 	pods, err := m.kube().CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "component=" + cidr.KubeControllerManager})
 	if err != nil {
 		return false, "", fmt.Errorf("listing %s pods: %w", cidr.KubeControllerManager, err)
@@ -933,11 +998,18 @@ func (m *CalicoPodCIDRMigration) probe(ctx context.Context, env *Env) (netip.Pre
 			return netip.Prefix{}, err
 		}
 		if err == nil && got.Spec.PodCIDR != "" {
-			p, _, perr := cidr.ParseLenient(got.Spec.PodCIDR)
-			if perr != nil {
-				return netip.Prefix{}, fmt.Errorf("probe Node %s: podCIDR %q: %w", CalicoProbeNodeName, got.Spec.PodCIDR, perr)
+			// The podCIDR of To's family (a dual-stack probe gets a pair).
+			var out netip.Prefix
+			for _, t := range nodecidr.PodCIDRsOf(got) {
+				p, _, perr := cidr.ParseLenient(t)
+				if perr != nil {
+					return netip.Prefix{}, fmt.Errorf("probe Node %s: podCIDR %q: %w", CalicoProbeNodeName, t, perr)
+				}
+				if !out.IsValid() || p.Addr().Is4() == m.to.Addr().Is4() {
+					out = p
+				}
 			}
-			return p, nil
+			return out, nil
 		}
 		if time.Now().After(deadline) {
 			return netip.Prefix{}, nil
@@ -978,7 +1050,7 @@ func (m *CalicoPodCIDRMigration) verify(ctx context.Context, _ *Env, sr *StepRep
 	if m.mode != ModeApply {
 		sr.Addf("no live pod and no IPAM allocation left in %s; IPPool %s gives no addresses, %s is enabled", m.from, m.o.OldPool, m.newPool)
 		sr.Addf("every planned node has its new podCIDR in %s and kept its labels, taints and annotations", m.to)
-		sr.Addf("kube-controller-manager would start with --cluster-cidr=%s against the live nodes", m.to)
+		sr.Addf("kube-controller-manager would start with --cluster-cidr=%s against the live nodes", m.clusterCIDR())
 		if m.mode == ModeServerDryRun {
 			sr.Status = StatusNotRun
 		}
@@ -1020,7 +1092,7 @@ func (m *CalicoPodCIDRMigration) verify(ctx context.Context, _ *Env, sr *StepRep
 	if !pf.WouldStart {
 		problems = append(problems, "kube-controller-manager: "+calPreflightProblems(pf))
 	} else {
-		sr.Details = append(sr.Details, "kube-controller-manager starts with --cluster-cidr="+m.to.String()+" against every live node")
+		sr.Details = append(sr.Details, "kube-controller-manager starts with --cluster-cidr="+m.clusterCIDR()+" against every live node")
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("verification failed: %s", strings.Join(problems, "; "))

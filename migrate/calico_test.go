@@ -3,8 +3,10 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -154,7 +157,8 @@ func TestCalicoPodCIDROptionsValidate(t *testing.T) {
 	}{
 		{"no --to", migrate.CalicoPodCIDROptions{}, "--to is required"},
 		{"host bits", migrate.CalicoPodCIDROptions{To: netip.PrefixFrom(netip.MustParseAddr("10.200.0.1"), 16)}, "--to 10.200.0.1/16: has host bits set; the network is 10.200.0.0/16"},
-		{"IPv6", migrate.CalicoPodCIDROptions{To: p("fd00::/48")}, "only IPv4"},
+		{"families mixed", migrate.CalicoPodCIDROptions{To: p("fd00::/48"), From: p("10.233.64.0/18")}, "--from 10.233.64.0/18: not of --to fd00::/48's family"},
+		{"IPv6 node mask", migrate.CalicoPodCIDROptions{To: p("fd00::/48"), NodeMask: 129}, "--node-mask 129: want 1-128"},
 		{"pool outside --to", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), NewPoolCIDR: p("10.201.0.0/16")}, "outside --to"},
 		{"bad move", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), Move: "delete"}, `--move "delete"`},
 		{"node mask", migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16"), NodeMask: 33}, "--node-mask 33"},
@@ -170,4 +174,86 @@ func TestCalicoPodCIDROptionsValidate(t *testing.T) {
 	}
 	_, err := migrate.CalicoPodCIDR(migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16")})
 	assert.ErrorIs(t, err, migrate.ErrInvalidInput, "clients are required")
+}
+
+// A dual-stack cluster (kube-controller-manager with --cluster-cidr
+// 10.233.64.0/18,fd00:10:233::/56, an IPv4 and an IPv6 pool, every node
+// with a pair) moves one family and keeps the other: the node plan moves
+// only that family's podCIDR, the flag the operator is asked for keeps the
+// other family's range in its place, and the IPv6 move discovers the IPv6
+// node mask and Service range.
+func TestCalicoPodCIDRDualStackMovesOneFamily(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		to         string
+		oldPool    string
+		wantNodes  []string
+		wantFlag   string
+		wantChecks string
+	}{
+		{name: "IPv4", to: "10.200.0.0/16", oldPool: "default-ipv4-ippool",
+			wantNodes: []string{"recreate worker1: 10.233.64.0/24,fd00:10:233::/64 -> 10.200.0.0/24,fd00:10:233::/64",
+				"recreate worker2: 10.233.65.0/24,fd00:10:233:1::/64 -> 10.200.1.0/24,fd00:10:233:1::/64",
+				"recreate master1 (control plane): 10.233.66.0/24,fd00:10:233:2::/64 -> 10.200.2.0/24,fd00:10:233:2::/64"},
+			wantFlag:   "--cluster-cidr=10.200.0.0/16,fd00:10:233::/56",
+			wantChecks: "--cluster-cidr=10.200.0.0/16,fd00:10:233::/56 --node-cidr-mask-size-ipv4=24 --node-cidr-mask-size-ipv6=64 --service-cluster-ip-range=10.233.0.0/18,fd00:10:96::/112"},
+		{name: "IPv6", to: "fd00:20::/56", oldPool: "default-ipv6-ippool",
+			wantNodes: []string{"recreate worker1: 10.233.64.0/24,fd00:10:233::/64 -> 10.233.64.0/24,fd00:20::/64",
+				"recreate worker2: 10.233.65.0/24,fd00:10:233:1::/64 -> 10.233.65.0/24,fd00:20:0:1::/64",
+				"recreate master1 (control plane): 10.233.66.0/24,fd00:10:233:2::/64 -> 10.233.66.0/24,fd00:20:0:2::/64"},
+			wantFlag:   "--cluster-cidr=10.233.64.0/18,fd00:20::/56",
+			wantChecks: "capacity: fd00:20::/56 with /64 node subnets holds 256 nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube, _ := calicotest.NewKube(&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
+				Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager", Command: []string{"kube-controller-manager",
+					"--allocate-node-cidrs=true", "--cluster-cidr=10.233.64.0/18,fd00:10:233::/56", "--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
+					"--service-cluster-ip-range=10.233.0.0/18,fd00:10:96::/112"}}}},
+			})
+			accesstest.Authorize(kube)
+			srv := nodecidrtest.NewServer()
+			for i, name := range []string{"worker1", "worker2", "master1"} {
+				n := &corev1.Node{}
+				n.Name, n.UID, n.Labels = name, types.UID("uid-"+name), map[string]string{}
+				v4, v6 := fmt.Sprintf("10.233.%d.0/24", 64+i), netip.PrefixFrom(netip.MustParseAddr("fd00:10:233::"), 64).Addr().As16()
+				v6[7] = byte(i)
+				n.Spec.PodCIDR, n.Spec.PodCIDRs = v4, []string{v4, netip.PrefixFrom(netip.AddrFrom16(v6), 64).String()}
+				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}, {Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00:192:168::%d", 11+i)}}
+				if name == "master1" {
+					n.Labels[nodecidr.LabelControlPlane] = ""
+				}
+				srv.AddNode(n)
+			}
+			kube.PrependReactor("*", "nodes", srv.Handle)
+			dyn, _ := calicotest.NewDynamic(
+				&unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "default-ipv4-ippool"},
+					"spec": map[string]any{"cidr": "10.233.64.0/18", "blockSize": int64(26), "vxlanMode": "Always", "natOutgoing": true}}},
+				&unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "default-ipv6-ippool"},
+					"spec": map[string]any{"cidr": "fd00:10:233::/56", "blockSize": int64(122), "vxlanMode": "Never", "natOutgoing": false}}},
+			)
+			cl := calico.Cluster{Kube: kube, Pools: calico.NewCRDStore(dyn), Blocks: calico.NewCRDBlockSource(dyn), Dynamic: dyn}
+			m, err := migrate.CalicoPodCIDR(migrate.CalicoPodCIDROptions{Cluster: cl, To: netip.MustParsePrefix(tc.to), OldPool: tc.oldPool, PollInterval: time.Millisecond})
+			require.NoError(t, err)
+			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "journal")}).Run(context.Background(), m)
+			require.NoError(t, err)
+			require.True(t, rep.Paused(), "waits for the operator at step 6")
+			assert.Contains(t, strings.Join(rep.Steps[0].Details, "\n"), tc.wantChecks)
+			assert.Equal(t, tc.wantNodes, rep.Steps[3].Details[:3], "%v", rep.Steps[3].Details)
+			assert.Contains(t, strings.Join(rep.Waiting.Instructions, "\n"), tc.wantFlag)
+			for _, n := range srv.Nodes() {
+				assert.Len(t, n.Spec.PodCIDRs, 2, "node %s keeps a pair", n.Name)
+			}
+			other := "default-ipv6-ippool"
+			if tc.oldPool == other {
+				other = "default-ipv4-ippool"
+			}
+			kept, err := cl.Pools.Get(context.Background(), other)
+			require.NoError(t, err)
+			assert.False(t, kept.Spec.Disabled, "the other family's pool is left alone")
+			old, err := cl.Pools.Get(context.Background(), tc.oldPool)
+			require.NoError(t, err)
+			assert.True(t, old.Spec.Disabled, "the moved family's old pool gives no new addresses")
+		})
+	}
 }

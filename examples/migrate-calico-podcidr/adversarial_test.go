@@ -99,7 +99,7 @@ func TestAdversarialOffline(t *testing.T) {
 		{name: "--apply with --dry-run=client", args: applyArgs("--to", newCIDR, "--dry-run", "client"), code: 2, msg: []string{"--apply", "--dry-run=client"}},
 		{name: "--node-mask 33", args: applyArgs("--to", newCIDR, "--node-mask", "33"), code: 2, msg: []string{"--node-mask 33"}},
 		{name: "--node-mask shorter than --to", args: applyArgs("--to", newCIDR, "--node-mask", "12"), code: 2, msg: []string{"--to 10.200.0.0/16", "/12"}},
-		{name: "--to IPv6", args: applyArgs("--to", "fd00:200::/48"), code: 2, msg: []string{"--to fd00:200::/48", "IPv4"}},
+		{name: "--to IPv6, --service-cidr IPv4", args: applyArgs("--to", "fd00:200::/48"), code: 2, msg: []string{"--service-cidr 10.233.0.0/18", "not of --to fd00:200::/48's family"}},
 		{name: "--from with host bits", args: applyArgs("--to", newCIDR, "--from", "10.233.64.1/18"), code: 2, msg: []string{"--from 10.233.64.1/18", "host bits"}},
 		{name: "--manifests missing", args: applyArgs("--to", newCIDR, "--manifests", "/nonexistent/manifests"), code: 2, msg: []string{"--manifests /nonexistent/manifests"}},
 		{name: "--out equal to --manifests", args: applyArgs("--to", newCIDR, "--manifests", manifests, "--out", manifests), code: 2, msg: []string{"--out", "--manifests"}},
