@@ -158,14 +158,10 @@ type CalicoPodCIDRMigration struct {
 	from, to, svc, poolCIDR netip.Prefix
 	newPool                 string
 	nodeMask                int
-	// keep is the other family's cluster CIDR in a dual-stack cluster (zero
-	// otherwise), as kube-controller-manager's --cluster-cidr lists it;
-	// keepFirst says it comes first there; keepMask is its node mask.
+	// keep is the family a dual-stack cluster keeps (zero cidr otherwise);
 	// svcFlag is --service-cluster-ip-range as found (both families).
-	keep      netip.Prefix
-	keepFirst bool
-	keepMask  int
-	svcFlag   string
+	keep    keptFamily
+	svcFlag string
 	cplan     *calico.SwapPlan
 	nplan     *nodecidr.Plan
 	// cplanSaved and nplanSaved: the plan is in the journal.
@@ -419,7 +415,7 @@ func (m *CalicoPodCIDRMigration) discover(ctx context.Context) error {
 		m.from = pfx
 	}
 	m.nodeMask = m.o.NodeMask
-	m.keep, m.keepFirst, m.keepMask, m.svcFlag = netip.Prefix{}, false, 0, ""
+	m.keep, m.svcFlag = keptFamily{}, ""
 	v4 := m.to.Addr().Is4()
 	// kube-controller-manager's flags, as its mirror pod shows them: the
 	// Service range and node mask of To's family when not given, and in a
@@ -438,19 +434,15 @@ func (m *CalicoPodCIDRMigration) discover(ctx context.Context) error {
 				}
 			}
 		}
-		masks := map[bool]int{true: max(d.Flags.NodeCIDRMaskSizeIPv4, d.Flags.NodeCIDRMaskSize), false: d.Flags.NodeCIDRMaskSizeIPv6}
-		if ps, _, perr := cidr.ParseListLenient(d.Flags.ClusterCIDR); perr == nil {
-			for i, p := range ps {
-				if p.Addr().Is4() != v4 {
-					m.keep, m.keepFirst, m.keepMask = p, i == 0, masks[p.Addr().Is4()]
+		m.keep = keptFamilyOf(d.Flags, m.to)
+		if m.nodeMask == 0 {
+			m.nodeMask = max(d.Flags.NodeCIDRMaskSizeIPv4, d.Flags.NodeCIDRMaskSize)
+			if !v4 {
+				m.nodeMask = d.Flags.NodeCIDRMaskSizeIPv6
+				if !m.keep.cidr.IsValid() {
+					m.nodeMask = max(m.nodeMask, d.Flags.NodeCIDRMaskSize) // single-stack IPv6
 				}
 			}
-			if len(ps) == 1 && !v4 {
-				masks[false] = max(masks[false], d.Flags.NodeCIDRMaskSize) // single-stack IPv6
-			}
-		}
-		if m.nodeMask == 0 {
-			m.nodeMask = masks[v4]
 		}
 	}
 	if !m.svc.IsValid() {
@@ -462,27 +454,13 @@ func (m *CalicoPodCIDRMigration) discover(ctx context.Context) error {
 			m.nodeMask = cidr.DefaultNodeMaskIPv6
 		}
 	}
-	if m.keep.IsValid() && m.keepMask == 0 {
-		m.keepMask = cidr.DefaultNodeMaskIPv4
-		if m.keep.Addr().Is6() {
-			m.keepMask = cidr.DefaultNodeMaskIPv6
-		}
-	}
 	return nil
 }
 
 // clusterCIDR is kube-controller-manager's --cluster-cidr (and kubeadm's
 // podSubnet) at the end: To, with the range of the family the move keeps in
 // its place in a dual-stack cluster.
-func (m *CalicoPodCIDRMigration) clusterCIDR() string {
-	switch {
-	case !m.keep.IsValid():
-		return m.to.String()
-	case m.keepFirst:
-		return m.keep.String() + "," + m.to.String()
-	}
-	return m.to.String() + "," + m.keep.String()
-}
+func (m *CalicoPodCIDRMigration) clusterCIDR() string { return m.keep.clusterCIDR(m.to) }
 
 // validate checks the inputs against the cluster, read-only, and makes the
 // plans; it returns the details step 1 reports.
@@ -531,11 +509,11 @@ func (m *CalicoPodCIDRMigration) validate(ctx context.Context, found bool) ([]st
 // newFlags are kube-controller-manager's node IPAM flags at the end.
 func (m *CalicoPodCIDRMigration) newFlags() cidr.ControllerManagerFlags {
 	f := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: m.clusterCIDR(), NodeCIDRMaskSize: m.nodeMask, ServiceClusterIPRange: m.svc.String()}
-	if m.keep.IsValid() {
+	if m.keep.cidr.IsValid() {
 		f.NodeCIDRMaskSize = 0
-		f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.nodeMask, m.keepMask
+		f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.nodeMask, m.keep.mask
 		if m.to.Addr().Is6() {
-			f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.keepMask, m.nodeMask
+			f.NodeCIDRMaskSizeIPv4, f.NodeCIDRMaskSizeIPv6 = m.keep.mask, m.nodeMask
 		}
 		if m.svcFlag != "" {
 			f.ServiceClusterIPRange = m.svcFlag
