@@ -54,11 +54,23 @@ var flKillPoints = []string{
 	"step 1/5", ": deleted", ": created", "step 2/5", "step 3/5", "step 4/5", "step 5/5",
 }
 
-func TestRunbookFlannel(t *testing.T) { flScenario(t, "", false) }
+func TestRunbookFlannel(t *testing.T) { flScenario(t, "", false, false) }
 
 // TestRunbookFlannelRewrite also renumbers every node into 10.240.0.0/16
 // (--rewrite-nodes), node by node with the health check in between.
-func TestRunbookFlannelRewrite(t *testing.T) { flScenario(t, "", true) }
+func TestRunbookFlannelRewrite(t *testing.T) { flScenario(t, "", true, false) }
+
+// TestRunbookFlannelDualStack is the story in a dual-stack cluster (issue
+// 19): net-conf.json also has IPv6Network fd00:10:244::/56, every node with
+// a podCIDR also holds an IPv6 subnet (the duplicates' IPv6 subnets are
+// their own), and kube-controller-manager's mirror pod shows
+// --cluster-cidr=10.244.0.0/16,fd00:10:244::/56. The runbook asks for
+// --cluster-cidr=10.240.0.0/12,fd00:10:244::/56, which the real dual-stack
+// kube-controller-manager starts with; every node keeps its IPv6 subnet
+// (the nodes without a podCIDR get a pair) and a joining node gets a pair.
+func TestRunbookFlannelDualStack(t *testing.T) { flScenario(t, "", false, true) }
+
+var flV6 = netip.MustParsePrefix("fd00:10:244::/56")
 
 var flNodeRange = netip.MustParsePrefix("10.240.0.0/16")
 
@@ -71,7 +83,7 @@ func TestRunbookFlannelKilled(t *testing.T) {
 		kill = k
 	}
 	t.Logf("kill point %q (seed %d)", kill, seed)
-	flScenario(t, kill, false)
+	flScenario(t, kill, false, false)
 }
 
 // flMirrorPod plays the kubelet's mirror pod of a static
@@ -165,10 +177,21 @@ func (s *flSampler) finish() (samples int, minReady int32, unanswered int) {
 	return s.samples, s.minReady, s.unanswered
 }
 
-func flScenario(t *testing.T, killOn string, rewrite bool) {
+func flScenario(t *testing.T, killOn string, rewrite, dual bool) {
 	skipInShortMode(t)
 	start := time.Now()
 	c := harness.Start(t, harness.Options{ClusterCIDR: flOld.String(), NodeCIDRMaskSize: 24, DisableNodeIPAM: true})
+	netConf := flNetConf
+	if dual {
+		netConf = strings.Replace(flNetConf, "  \"EnableNFTables\"", "  \"EnableIPv6\": true,\n  \"IPv6Network\": \""+flV6.String()+"\",\n  \"EnableNFTables\"", 1)
+	}
+	// v6 is a node's IPv6 subnet in the dual-stack variant: its own, by index.
+	v6 := func(n *corev1.Node, i int) *corev1.Node {
+		if dual && n.Spec.PodCIDR != "" {
+			n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, nodeE2ESubnet(flV6, 64, i).String())
+		}
+		return n
+	}
 	ctx := t.Context()
 	cs := nodeE2EClient(t, c)
 	bin := nodeE2EBuild(t, "migrate-flannel-podcidr")
@@ -188,9 +211,9 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 		case missing[i]:
 			first = append(first, n)
 		case dups[i] != 0:
-			later = append(later, nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, dups[i]).String()))
+			later = append(later, v6(nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, dups[i]).String()), i))
 		default:
-			first = append(first, nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, i).String()))
+			first = append(first, v6(nodeE2EWithPodCIDR(n, nodeE2ESubnet(flOld, 24, i).String()), i))
 		}
 	}
 	created := nodeE2ECreateNodes(t, ctx, cs, first)
@@ -209,13 +232,17 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 	require.NoError(t, err)
 	_, err = cs.CoreV1().ConfigMaps("kube-flannel").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-cfg", Namespace: "kube-flannel", Labels: map[string]string{"app": "flannel"}},
-		Data:       map[string]string{"net-conf.json": flNetConf, "cni-conf.json": flCNIConf},
+		Data:       map[string]string{"net-conf.json": netConf, "cni-conf.json": flCNIConf},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	kcmArgs := func(cc string) []string {
-		return []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + cc, "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + c.Options().ServiceCIDR}
+	kcmArgs := func(v4 netip.Prefix) []string {
+		if dual {
+			return []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + v4.String() + "," + flV6.String(), "--node-cidr-mask-size-ipv4=24",
+				"--node-cidr-mask-size-ipv6=64", "--service-cluster-ip-range=" + c.Options().ServiceCIDR}
+		}
+		return []string{"--allocate-node-cidrs=true", "--cluster-cidr=" + v4.String(), "--node-cidr-mask-size=24", "--service-cluster-ip-range=" + c.Options().ServiceCIDR}
 	}
-	flSetMirror(t, ctx, cs, name(0), 0, kcmArgs(flOld.String()))
+	flSetMirror(t, ctx, cs, name(0), 0, kcmArgs(flOld))
 	for i := range flNodes {
 		_, err := cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, nodeE2EPod(metav1.NamespaceDefault, "keep-"+name(i), name(i), map[string]string{"app": "keep"}), metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -289,8 +316,11 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 			if pauses == 1 {
 				// The operator: restart kube-controller-manager with the new
 				// --cluster-cidr (node IPAM on); the kubelet updates the mirror pod.
-				require.NoError(t, c.Restart(ctx, harness.ControllerManager, kcmArgs(flNew.String())...))
-				flSetMirror(t, ctx, cs, name(0), 1, kcmArgs(flNew.String()))
+				if dual {
+					assert.Contains(t, out, "set --cluster-cidr="+flNew.String()+","+flV6.String()+" in")
+				}
+				require.NoError(t, c.Restart(ctx, harness.ControllerManager, kcmArgs(flNew)...))
+				flSetMirror(t, ctx, cs, name(0), 1, kcmArgs(flNew))
 			}
 			require.LessOrEqual(t, pauses, 2, "the runbook must observe the restarted kube-controller-manager")
 			continue
@@ -319,7 +349,7 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 	// net-conf.json: Network changed, everything else byte for byte.
 	cm, err := cs.CoreV1().ConfigMaps("kube-flannel").Get(ctx, "kube-flannel-cfg", metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, strings.Replace(flNetConf, flOld.String(), flNew.String(), 1), cm.Data["net-conf.json"])
+	assert.Equal(t, strings.Replace(netConf, flOld.String(), flNew.String(), 1), cm.Data["net-conf.json"])
 	assert.Equal(t, flCNIConf, cm.Data["cni-conf.json"])
 
 	// Nodes: none lost, no duplicate, every podCIDR inside the new Network,
@@ -341,6 +371,18 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 			t.Errorf("nodes %s and %s share %s", nm, other, p)
 		}
 		seen[p] = nm
+		if dual {
+			require.Len(t, n.Spec.PodCIDRs, 2, "node %s holds a pair", nm)
+			v6 := cidr.MustParse(n.Spec.PodCIDRs[1])
+			assert.True(t, cidr.ContainsPrefix(flV6, v6) && v6.Bits() == 64, "node %s IPv6 podCIDR %s", nm, v6)
+			if len(before[nm].Spec.PodCIDRs) == 2 {
+				assert.Equal(t, before[nm].Spec.PodCIDRs[1], n.Spec.PodCIDRs[1], "node %s keeps its IPv6 subnet", nm)
+			}
+			if other, dup := seen[v6]; dup {
+				t.Errorf("nodes %s and %s share %s", nm, other, v6)
+			}
+			seen[v6] = nm
+		}
 		switch {
 		case rewrite:
 			assert.NotEqual(t, before[nm].UID, n.UID, "node %s should have been recreated", nm)
@@ -387,7 +429,7 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 
 	// kube-controller-manager runs with the new --cluster-cidr and node IPAM
 	// works: a node joining now gets a podCIDR from it.
-	assert.Contains(t, c.Flags(harness.ControllerManager), "--cluster-cidr="+flNew.String())
+	assert.Contains(t, c.Flags(harness.ControllerManager), kcmArgs(flNew)[1])
 	poll(t, 5*time.Second, "kube-controller-manager still running", func(context.Context) error {
 		if !c.Status(harness.ControllerManager).Running {
 			return fmt.Errorf("kube-controller-manager is not running: %+v", c.Status(harness.ControllerManager))
@@ -398,6 +440,12 @@ func flScenario(t *testing.T, killOn string, rewrite bool) {
 	require.NoError(t, err)
 	got := nodeE2EWaitPodCIDRs(t, cs, []string{"node-joiner"}, time.Minute)
 	assert.True(t, cidr.ContainsPrefix(flNew, got["node-joiner"]))
+	if dual {
+		j, err := cs.CoreV1().Nodes().Get(ctx, "node-joiner", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Len(t, j.Spec.PodCIDRs, 2, "the joiner gets a pair")
+		assert.True(t, cidr.ContainsPrefix(flV6, cidr.MustParse(j.Spec.PodCIDRs[1])))
+	}
 	_, taken := seen[got["node-joiner"]]
 	assert.False(t, taken, "joiner got a podCIDR already in use: %s", got["node-joiner"])
 	t.Logf("scenario done in %s", time.Since(start).Round(time.Millisecond))

@@ -68,7 +68,11 @@ type FlannelPodCIDROptions struct {
 	Kube kubernetes.Interface
 	// Network is the new flannel Network and kube-controller-manager
 	// --cluster-cidr. IPv4; it must strictly contain the Network in use, so
-	// no node's podCIDR is outside it at any time. Required.
+	// no node's podCIDR is outside it at any time. Required. In a
+	// dual-stack cluster (flannel's IPv6Network, nodes with an IPv6
+	// podCIDR) the IPv6 family stays: --cluster-cidr and kubeadm's
+	// podSubnet keep kube-controller-manager's IPv6 range in its place, and
+	// every node keeps its IPv6 podCIDR.
 	Network netip.Prefix
 	// From is the Network in use. Default: the journal's record, else
 	// net-conf.json's Network. When given, it must be what net-conf.json
@@ -127,6 +131,13 @@ type FlannelPodCIDRIntent struct {
 	NodeRange    netip.Prefix `json:"nodeRange,omitzero"`
 	// MakeBeforeBreak is the mode the nodes move in.
 	MakeBeforeBreak bool `json:"makeBeforeBreak,omitempty"`
+	// KeepIPv6, in a dual-stack cluster, is kube-controller-manager's IPv6
+	// --cluster-cidr range as the first run found it (KeepIPv6First: listed
+	// first; KeepIPv6Mask: its node mask): a rerun keeps it, whatever the
+	// flags say by then.
+	KeepIPv6      netip.Prefix `json:"keepIPv6,omitzero"`
+	KeepIPv6First bool         `json:"keepIPv6First,omitempty"`
+	KeepIPv6Mask  int          `json:"keepIPv6Mask,omitempty"`
 }
 
 // FlannelPodCIDRMigration widens a kube-subnet-manager flannel cluster's
@@ -174,6 +185,9 @@ type FlannelPodCIDRMigration struct {
 	from, to, nodeRange netip.Prefix
 	nc                  *flannel.NetConf
 	fixPlan, rebasePlan *nodecidr.Plan
+	// keep is the IPv6 family of a dual-stack cluster, which the move of
+	// the IPv4 Network keeps (zero cidr in a single-stack cluster).
+	keep keptFamily
 
 	mu     sync.Mutex
 	manual []string // bare pods left for a person
@@ -294,6 +308,7 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 	}
 	from := m.o.From
 	haveIntent := false
+	m.keep = keptFamily{}
 	if m.j != nil {
 		var st FlannelPodCIDRIntent
 		var err error
@@ -306,6 +321,7 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange), st.MakeBeforeBreak)
 			}
 			from = st.From
+			m.keep = keptFamily{cidr: st.KeepIPv6, first: st.KeepIPv6First, mask: st.KeepIPv6Mask}
 		}
 	}
 	nc, err := flannel.ReadNetConf(ctx, m.o.Kube, m.kubeOptions())
@@ -374,7 +390,8 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 		}
 	}
 	return &Prepared{
-		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange, MakeBeforeBreak: m.o.MakeBeforeBreak},
+		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange, MakeBeforeBreak: m.o.MakeBeforeBreak,
+			KeepIPv6: m.keep.cidr, KeepIPv6First: m.keep.first, KeepIPv6Mask: m.keep.mask},
 		Steps: []Step{
 			StepFunc{StepName: FlannelStepFix, StepTitle: "give nodes with duplicate or missing podCIDRs a free subnet", DoFunc: m.fixPodCIDRs},
 			StepFunc{StepName: FlannelStepNetwork, StepTitle: "widen net-conf.json Network", DoFunc: m.setNetwork, DoneFunc: m.networkSet},
@@ -434,11 +451,24 @@ func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error
 		return err
 	}
 	cur := m.nc.Config.Network
+	if !m.keep.cidr.IsValid() {
+		// Not recorded by an earlier run: kube-controller-manager's flags
+		// as they are now (before this run asks for the new one).
+		if d, err := nodecidr.DiscoverControllerManagerFlags(ctx, m.o.Kube); err == nil {
+			m.keep = keptFamilyOf(d.Flags, m.to)
+		} else if !errors.Is(err, nodecidr.ErrNotDiscovered) {
+			return err
+		}
+	}
 	var outside []string
 	for _, n := range nodes {
 		for _, p := range n.PodCIDRs {
 			if p.Addr().Is4() && !cidr.ContainsPrefix(cur, p) {
 				outside = append(outside, fmt.Sprintf("%s (%s)", n.Name, p))
+			}
+			if p.Addr().Is6() && (!m.keep.cidr.IsValid() || !cidr.ContainsPrefix(m.keep.cidr, p)) {
+				return inputf("node %s holds the IPv6 podCIDR %s, but kube-controller-manager's --cluster-cidr has no IPv6 range holding it (%s): the runbook would ask for --cluster-cidr=%s and kube-controller-manager would crash-loop on every dual-stack node; run it where the kube-controller-manager mirror pod or kubeadm-config shows the flags",
+					n.Name, p, flKeepSource(m.keep), m.keep.clusterCIDR(m.to))
 			}
 		}
 	}
@@ -466,8 +496,8 @@ func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error
 		if err != nil {
 			return inputf("--manifests %s: %s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, oneLine(err.Error()))
 		}
-		if err := mf.Apply([]kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: m.to.String()}}); err != nil {
-			return inputf("--manifests %s: %s: cannot set --cluster-cidr=%s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, m.to, oneLine(err.Error()))
+		if err := mf.Apply([]kubeadmcfg.FlagChange{{Flag: kubeadmcfg.FlagClusterCIDR, Value: m.clusterCIDR()}}); err != nil {
+			return inputf("--manifests %s: %s: cannot set --cluster-cidr=%s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, m.clusterCIDR(), oneLine(err.Error()))
 		}
 	}
 	if m.mode == ModeApply {
@@ -525,6 +555,21 @@ func (m *FlannelPodCIDRMigration) fixLayout(ctx context.Context, sr *StepReport)
 	layout.NodeMasks = l.NodeMasks[:1]
 	layout.ServiceCIDRs = l.ServiceCIDRs
 	sr.Addf("node mask /%d from %s", layout.NodeMasks[0], d.Source)
+	if k := m.keep; k.cidr.IsValid() {
+		// Dual-stack: the fix allocates in both families, so a node keeps
+		// (or gets) an IPv6 subnet beside its IPv4 one.
+		for i, c := range l.ClusterCIDRs {
+			if c.Addr().Is4() {
+				layout.NodeMasks[0] = l.NodeMasks[i]
+			}
+		}
+		if k.first {
+			layout.ClusterCIDRs, layout.NodeMasks = []netip.Prefix{k.cidr, m.from}, []int{k.mask, layout.NodeMasks[0]}
+		} else {
+			layout.ClusterCIDRs, layout.NodeMasks = []netip.Prefix{m.from, k.cidr}, []int{layout.NodeMasks[0], k.mask}
+		}
+		sr.Addf("dual-stack: the IPv6 range %s (/%d) is kept", k.cidr, k.mask)
+	}
 	return layout
 }
 
@@ -857,7 +902,7 @@ func (m *FlannelPodCIDRMigration) controllerManager(ctx context.Context, _ *Env,
 	if err := m.kubeadmConfigMaps(ctx, sr); err != nil {
 		return err
 	}
-	want := m.to.String()
+	want := m.clusterCIDR()
 	target := filepath.Join(kubeadmcfg.DefaultManifestDir, kubeadmcfg.ControllerManagerManifest)
 	var instr []string
 	if m.o.Manifests != "" {
@@ -870,9 +915,9 @@ func (m *FlannelPodCIDRMigration) controllerManager(ctx context.Context, _ *Env,
 		}
 	}
 	if len(instr) == 0 {
-		instr = append(instr, fmt.Sprintf("on every control-plane node, set --cluster-cidr=%s in %s (the kubelet restarts kube-controller-manager); keep --node-cidr-mask-size", want, target))
+		instr = append(instr, fmt.Sprintf("on every control-plane node, set --cluster-cidr=%s in %s (the kubelet restarts kube-controller-manager); keep the --node-cidr-mask-size flags", want, target))
 	}
-	instr = append(instr, fmt.Sprintf("every node's podCIDR lies in %s, which %s contains, so kube-controller-manager starts with the new flag", m.from, want))
+	instr = append(instr, fmt.Sprintf("every node's podCIDR lies in %s, which %s contains, so kube-controller-manager starts with the new flag", m.from, m.to))
 	return operatorGate{step: FlannelStepControllerManager, instr: instr, observe: m.observeFlag, cont: m.o.Continue,
 		resume: "rerun the same command: it goes on once the kube-controller-manager mirror pod in kube-system runs with --cluster-cidr=" + want,
 	}.run(ctx, m.mode, sr)
@@ -890,7 +935,7 @@ func (m *FlannelPodCIDRMigration) kubeadmConfigMaps(ctx context.Context, sr *Ste
 		sr.Addf("no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
-	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.to.String()},
+	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.clusterCIDR()},
 		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.o.Kube, snap, m.env, sr)
 }
 
@@ -911,7 +956,7 @@ func (m *FlannelPodCIDRMigration) observeFlag(ctx context.Context) (bool, string
 		names = append(names, p.Name)
 		args, _, err := nodecidr.ParseControllerManagerArgs(flPodArgs(p))
 		v := args.ClusterCIDR
-		if err != nil || !flSameCIDR(v, m.to) {
+		if err != nil || !flSameCIDR(v, m.to, m.keep) {
 			stale = append(stale, fmt.Sprintf("%s has --cluster-cidr=%s", p.Name, v))
 		}
 	}
@@ -921,14 +966,34 @@ func (m *FlannelPodCIDRMigration) observeFlag(ctx context.Context) (bool, string
 	if len(stale) > 0 {
 		return false, strings.Join(stale, "; "), nil
 	}
-	return true, fmt.Sprintf("every kube-controller-manager pod (%s) runs with --cluster-cidr=%s", strings.Join(names, ", "), m.to), nil
+	return true, fmt.Sprintf("every kube-controller-manager pod (%s) runs with --cluster-cidr=%s", strings.Join(names, ", "), m.clusterCIDR()), nil
+}
+
+// clusterCIDR is --cluster-cidr (and kubeadm's podSubnet) after the move:
+// the new Network, and in a dual-stack cluster the IPv6 range kept in its
+// place.
+func (m *FlannelPodCIDRMigration) clusterCIDR() string { return m.keep.clusterCIDR(m.to) }
+
+// flKeepSource says what kube-controller-manager's flags hold of IPv6.
+func flKeepSource(k keptFamily) string {
+	if !k.cidr.IsValid() {
+		return "no IPv6 range found"
+	}
+	return "it has " + k.cidr.String()
 }
 
 // flSameCIDR compares a flag value, read leniently as
-// kube-controller-manager does, with the wanted network.
-func flSameCIDR(v string, want netip.Prefix) bool {
+// kube-controller-manager does, with the wanted IPv4 network and, in a
+// dual-stack cluster, the IPv6 range kept in its place.
+func flSameCIDR(v string, want netip.Prefix, keep keptFamily) bool {
 	ps, _, err := cidr.ParseListLenient(v)
-	return err == nil && len(ps) >= 1 && ps[0] == want
+	if err != nil || len(ps) == 0 {
+		return false
+	}
+	if !keep.cidr.IsValid() {
+		return ps[0] == want
+	}
+	return len(ps) == 2 && (keep.first && ps[0] == keep.cidr && ps[1] == want || !keep.first && ps[0] == want && ps[1] == keep.cidr)
 }
 
 // flPodArgs is the command line of a kube-controller-manager pod.

@@ -173,3 +173,92 @@ func TestFlannelHostPlans(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack flannel cluster (kube-controller-manager with
+// --cluster-cidr=10.244.0.0/16,fd00:10:244::/56; w1 and w3 share their IPv4
+// subnet, w4 has none): the fix step gives w3 a free IPv4 subnet and keeps
+// its IPv6 one, gives w4 a pair, and the operator is asked for
+// --cluster-cidr=10.240.0.0/12,fd00:10:244::/56, which the mirror pod then
+// shows. Without the IPv6 range in the flags, the run is refused before the
+// first write: the IPv4-only flag would crash-loop kube-controller-manager
+// on every dual-stack node.
+func TestFlannelDualStackKeepsIPv6(t *testing.T) {
+	kcm := func(clusterCIDR string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-cp", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
+			Spec: corev1.PodSpec{NodeName: "cp", HostNetwork: true, Containers: []corev1.Container{{Name: "kube-controller-manager", Command: []string{"kube-controller-manager",
+				"--allocate-node-cidrs=true", "--cluster-cidr=" + clusterCIDR, "--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64", "--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/112"}}}},
+		}
+	}
+	dual := func(n *corev1.Node, v6 string) *corev1.Node {
+		if v6 != "" {
+			n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, v6)
+		}
+		return n
+	}
+	cluster := func(flag string) (*fake.Clientset, *nodecidrtest.Server) {
+		return nodecidrtest.New([]runtime.Object{
+			&corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName, Namespace: flannel.DefaultNetConfNamespace, ResourceVersion: "1"},
+				Data:       map[string]string{flannel.NetConfKey: `{"Network": "10.244.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`},
+			},
+			kcm(flag),
+			dual(flNode("w1", "10.244.1.0/24", 0), "fd00:10:244:1::/64"),
+			dual(flNode("w2", "10.244.2.0/24", 0), "fd00:10:244:2::/64"),
+			dual(flNode("w3", "10.244.1.0/24", 3600), "fd00:10:244:3::/64"),
+			flNode("w4", "", 3600),
+		}...)
+	}
+
+	t.Run("IPv4 flags only: refused", func(t *testing.T) {
+		cs, _ := cluster("10.244.0.0/16")
+		m, err := migrate.FlannelPodCIDR(flOptions(cs))
+		require.NoError(t, err)
+		_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+		require.ErrorIs(t, err, migrate.ErrInvalidInput)
+		assert.Contains(t, err.Error(), "node w1 holds the IPv6 podCIDR fd00:10:244:1::/64")
+		assert.Contains(t, err.Error(), "--cluster-cidr=10.240.0.0/12 and kube-controller-manager would crash-loop")
+		for _, a := range cs.Actions() {
+			assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "nothing written but the access review: %v", a)
+			if a.GetVerb() == "create" {
+				assert.Contains(t, a.GetResource().Resource, "accessreviews")
+			}
+		}
+	})
+
+	t.Run("dual-stack flags: IPv6 kept", func(t *testing.T) {
+		cs, srv := cluster("10.244.0.0/16,fd00:10:244::/56")
+		m, err := migrate.FlannelPodCIDR(flOptions(cs))
+		require.NoError(t, err)
+		r := migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
+		rep, err := r.Run(t.Context(), m)
+		require.NoError(t, err)
+		require.True(t, rep.Paused())
+		assert.Equal(t, migrate.FlannelStepControllerManager, rep.Waiting.Step)
+		assert.Contains(t, strings.Join(rep.Waiting.Instructions, "\n"), "set --cluster-cidr=10.240.0.0/12,fd00:10:244::/56 in")
+		pods := map[string][]string{}
+		for _, n := range srv.Nodes() {
+			pods[n.Name] = n.Spec.PodCIDRs
+		}
+		assert.Equal(t, []string{"10.244.1.0/24", "fd00:10:244:1::/64"}, pods["w1"])
+		assert.Equal(t, []string{"10.244.2.0/24", "fd00:10:244:2::/64"}, pods["w2"])
+		require.Len(t, pods["w3"], 2)
+		assert.NotEqual(t, "10.244.1.0/24", pods["w3"][0], "w3 leaves w1's IPv4 subnet")
+		assert.Equal(t, "fd00:10:244:3::/64", pods["w3"][1], "w3 keeps its IPv6 subnet")
+		require.Len(t, pods["w4"], 2, "w4 gets a pair")
+		assert.True(t, netip.MustParsePrefix("fd00:10:244::/56").Contains(netip.MustParsePrefix(pods["w4"][1]).Addr()))
+
+		// The operator restarts kube-controller-manager: an IPv4-only flag
+		// is not taken for the new one, the dual-stack one is.
+		for _, flag := range []string{"10.240.0.0/12", "10.240.0.0/12,fd00:10:244::/56"} {
+			srv.AddPod(kcm(flag)) // the kubelet's new mirror pod
+			rep, err = r.Run(t.Context(), m)
+			require.NoError(t, err)
+			if flag == "10.240.0.0/12" {
+				require.True(t, rep.Paused(), "an IPv4-only flag is not the new one")
+				continue
+			}
+			require.False(t, rep.Paused(), "%+v", rep.Waiting)
+		}
+	})
+}
