@@ -162,8 +162,8 @@ type CalicoPodCIDRMigration struct {
 	// svcFlag is --service-cluster-ip-range as found (both families).
 	keep    keptFamily
 	svcFlag string
-	cplan     *calico.SwapPlan
-	nplan     *nodecidr.Plan
+	cplan   *calico.SwapPlan
+	nplan   *nodecidr.Plan
 	// cplanSaved and nplanSaved: the plan is in the journal.
 	cplanSaved, nplanSaved bool
 	// saving: the intent is recorded (Prepared.Save ran); a plan made from
