@@ -25,6 +25,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/internal/lease"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/nodecidr"
@@ -402,6 +403,21 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 	}, nil
 }
 
+// accessChecks are the permissions of the migration's own writes, checked
+// before the first write of a run: kubeadm's ConfigMaps (step 3) and the
+// final roll of flannel's DaemonSets (step 5). The node steps
+// (nodecidr.Apply) and net-conf.json (flannel.ApplyNetConf) check theirs
+// before they write.
+func (m *FlannelPodCIDRMigration) accessChecks() []access.Check {
+	return []access.Check{
+		{Verb: "get", Resource: "configmaps", Namespace: kubeadmcfg.Namespace},
+		{Verb: "update", Resource: "configmaps", Namespace: kubeadmcfg.Namespace, Name: kubeadmcfg.KubeadmConfigMap},
+		{Verb: "update", Resource: "configmaps", Namespace: kubeadmcfg.Namespace, Name: kubeadmcfg.KubeProxyConfigMap},
+		{Verb: "list", Group: "apps", Resource: "daemonsets", Namespace: m.o.Namespace},
+		{Verb: "patch", Group: "apps", Resource: "daemonsets", Namespace: m.o.Namespace},
+	}
+}
+
 // checkJournalPlans checks the node plans read back from the journal, which
 // is untrusted input: the fix plan may only give nodes subnets of the old
 // Network, the rebase plan only subnets of NodeRange, each node once.
@@ -441,11 +457,17 @@ func (m *FlannelPodCIDRMigration) checkJournalPlans() error {
 }
 
 // preflight checks, before the first write, everything the later steps
-// would otherwise find only after earlier steps changed the cluster: every
-// node's podCIDR lies in the Network flanneld uses now, the node mask fits
+// would otherwise find only after earlier steps changed the cluster: a run
+// that writes may do what accessChecks lists, every node's podCIDR lies in
+// the Network flanneld uses now, the node mask fits
 // the Network, net-conf.json can be rewritten, the kubeadm ConfigMaps can be
 // planned and the kube-controller-manager manifest can be edited.
 func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error {
+	if m.mode != ModePlan {
+		if err := access.Preflight(ctx, m.o.Kube, m.accessChecks()); err != nil {
+			return err
+		}
+	}
 	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
 	if err != nil {
 		return err
@@ -698,7 +720,7 @@ func (m *FlannelPodCIDRMigration) hooks() []nodecidr.Hook {
 	if m.agents != nil {
 		hooks = append(hooks, nodecidr.Hook{
 			Name:        "host-agent",
-			Permissions: []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "patch", Resource: "nodes"}, {Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}},
+			Permissions: m.agentPermissions(),
 			Run:         m.agentOnMovedNode,
 		})
 	}

@@ -94,14 +94,19 @@ func (m *FlannelPodCIDRMigration) mbbPreflight(ctx context.Context) error {
 	return nil
 }
 
-// mbbAgentPermissions are what publishing the wants to the agents needs.
-var mbbAgentPermissions = []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
-	{Verb: "get", Group: "coordination.k8s.io", Resource: "leases"}}
+// agentPermissions are what publishing the wants to the agents needs: the
+// wants (computed from the nodes and their pods) go on the Nodes, the
+// agents report in their Leases, which live in the agents' namespace.
+func (m *FlannelPodCIDRMigration) agentPermissions() []nodecidr.Permission {
+	m.agents.defaults()
+	return []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace}}
+}
 
 // mbbHooks are the per-node hooks of MakeBeforeBreak, after the flannel
 // pod's restart.
 func (m *FlannelPodCIDRMigration) mbbHooks(restartFlannelPod nodecidr.Hook) []nodecidr.Hook {
-	agentPerms := mbbAgentPermissions
+	agentPerms := m.agentPermissions()
 	return []nodecidr.Hook{
 		restartFlannelPod,
 		{Name: "transition", Permissions: agentPerms, Run: m.mbbPublish},
@@ -127,7 +132,7 @@ func (m *FlannelPodCIDRMigration) beforeDelete(p *nodecidr.Plan) []nodecidr.Hook
 	}
 	return []nodecidr.Hook{{
 		Name:        "standby",
-		Permissions: mbbAgentPermissions,
+		Permissions: m.agentPermissions(),
 		Run:         func(ctx context.Context, node *corev1.Node) error { return m.mbbStandby(ctx, p, node) },
 	}}
 }

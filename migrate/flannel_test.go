@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
 )
@@ -261,4 +262,24 @@ func TestFlannelDualStackKeepsIPv6(t *testing.T) {
 			require.False(t, rep.Paused(), "%+v", rep.Waiting)
 		}
 	})
+}
+
+// A caller that may not roll flannel's DaemonSet (the last step) is
+// refused before the first write, naming the permission, not after every
+// node moved.
+func TestFlannelChecksTheDaemonSetRollBeforeTheFirstWrite(t *testing.T) {
+	cs := flCluster(flNetConf)
+	nodecidrtest.Authorize(cs, nodecidrtest.Deny{Verb: "patch", Resource: "daemonsets"})
+	m, err := migrate.FlannelPodCIDR(flOptions(cs))
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	require.ErrorIs(t, err, access.ErrDenied)
+	assert.Contains(t, err.Error(), "patch daemonsets.apps in namespace "+flannel.DefaultNetConfNamespace)
+	for _, a := range cs.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+		default:
+			assert.Equal(t, "selfsubjectaccessreviews", a.GetResource().Resource, "nothing written: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
 }

@@ -47,8 +47,9 @@ func testNode(name, podCIDR string, controlPlane bool) *corev1.Node {
 
 // fakeCluster is story 1 on fake clients: three nodes (one control plane)
 // in 10.233.64.0/18, a Deployment of three replicas and cluster DNS with
-// addresses from the old Calico pool, the workload controllers and Calico
-// IPAM simulated, and Node rules enforced.
+// addresses from the old Calico pool (and the pods of the StatefulSets and
+// DaemonSets among objs), the workload controllers and Calico IPAM
+// simulated, and Node rules enforced.
 func fakeCluster(t *testing.T, objs ...runtime.Object) (connector, calico.Cluster) {
 	t.Helper()
 	three, one := int32(3), int32(1)
@@ -82,9 +83,18 @@ func fakeCluster(t *testing.T, objs ...runtime.Object) (connector, calico.Cluste
 	ipam := &calicotest.IPAM{Kube: kube, Pools: pools, Dynamic: dyn, MarkReady: true}
 	stop := calicotest.Loop(context.Background(), time.Millisecond, func(err error) { t.Logf("sim: %v", err) }, work.Sync, ipam.Sync)
 	t.Cleanup(stop)
+	want := 4 // web's three pods and coredns's one
+	for _, o := range objs {
+		switch w := o.(type) {
+		case *appsv1.StatefulSet:
+			want += int(*w.Spec.Replicas)
+		case *appsv1.DaemonSet:
+			want += len(work.Nodes)
+		}
+	}
 	require.Eventually(t, func() bool {
 		v, err := calico.Verify(context.Background(), cl, calico.VerifyTarget{OldPool: oldPool})
-		return err == nil && len(v.PodsLeft) == 4
+		return err == nil && len(v.PodsLeft) == want
 	}, 20*time.Second, 5*time.Millisecond)
 	return func(context.Context, string, string) (calico.Cluster, error) { return cl, nil }, cl
 }
