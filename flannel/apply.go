@@ -52,7 +52,8 @@ type ApplyResult struct {
 	Steps []StepResult `json:"steps"`
 	// Done is true when every step is applied or already done.
 	Done bool `json:"done"`
-	// Resumed is true when the journal held records of an earlier run of the plan.
+	// Resumed is true when an earlier run of the plan did not finish: the
+	// journal held its records, or etcd its run key (RunKey).
 	Resumed bool `json:"resumed,omitempty"`
 }
 
@@ -70,9 +71,11 @@ type ApplyOptions struct {
 	BeforeWrite func(ctx context.Context, index int, step Step) error
 	// JournalDir, when set, is a directory where Apply records each step,
 	// fsynced, before its transaction and its outcome after; the directory is
-	// locked so two runs cannot apply at once. Resuming does not need it, since
-	// every step's result is visible in etcd, but it leaves a durable trail of
-	// what a killed run was doing.
+	// locked so two runs cannot apply at once. Resuming does not need it:
+	// every step's result is visible in etcd, and so is the run itself, with
+	// the old value of every key it wrote (RunKey), whatever the directory.
+	// It leaves a durable trail, on this machine, of what a killed run was
+	// doing.
 	JournalDir string
 	// Lock, when set, is taken before the first write and held until Apply
 	// returns (a dry run does not take it); Apply checks it is still held
@@ -138,8 +141,13 @@ const (
 // in the store: a step whose result is already there is reported as already
 // done. After a crash, a lost connection or an etcd restart, running Apply
 // again with the same plan finishes it; a finished plan reapplied does
-// nothing. With ApplyOptions.JournalDir, each step's intent is also recorded
-// on disk (fsynced) before its write. Steps run one at a time, in order: a
+// nothing. With its first write Apply keeps the run in etcd under RunKey
+// (the plan), and each step's transaction also records there the key as it
+// was, so a run killed on one machine is found (UnfinishedRuns) and
+// finished from another, and no deleted or overwritten value is lost; the
+// run key and its records are deleted once every step is done. With
+// ApplyOptions.JournalDir, each step's intent is also recorded on disk
+// (fsynced) before its write. Steps run one at a time, in order: a
 // registry plan is a handful of small transactions, so there is no
 // concurrency or rate limit to tune.
 func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*ApplyResult, error) {
@@ -160,6 +168,7 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 	}
 	var jr *journal.Journal
 	planID := p.ID()
+	runKey, running := r.RunKey(planID), false
 	if opts.JournalDir != "" && !opts.DryRun {
 		j, err := journal.Open(opts.JournalDir)
 		if err != nil {
@@ -172,6 +181,16 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 			return nil, fmt.Errorf("read journal: %w", err)
 		}
 		out.Resumed = len(keys) > 0
+	}
+	if !opts.DryRun {
+		// The run key in etcd says the same as the local journal, to any
+		// machine: a run of this plan started and did not finish.
+		kv, err := r.getOne(ctx, runKey)
+		if err != nil {
+			return nil, fmt.Errorf("read run key: %w", err)
+		}
+		running = kv != nil
+		out.Resumed = out.Resumed || running
 	}
 	record := func(i int, st Step, state string, rev int64, e error) error {
 		if jr == nil {
@@ -241,7 +260,19 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
 			return out, err
 		}
-		res, err := r.kv.Txn(ctx, stepTxn(st))
+		txn, err := r.recordedTxn(ctx, runKey, i, st)
+		if err == nil && !running {
+			// The run's first write starts it in etcd, in the same
+			// transaction: a run key exists only once a step was written.
+			var op Op
+			if op, err = runKeyOp(runKey, p); err == nil {
+				txn.Then = append(txn.Then, op)
+			}
+		}
+		var res *TxnResult
+		if err == nil {
+			res, err = r.kv.Txn(ctx, txn)
+		}
 		if err != nil {
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
 			return out, fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
@@ -260,6 +291,7 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeConflict, Error: err.Error()})
 			return out, fmt.Errorf("step %d (%s): %w", i+1, st.Action, err)
 		}
+		running = true
 		if err := record(i, st, "applied", res.Revision, nil); err != nil {
 			return out, err
 		}
@@ -269,8 +301,34 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 	if firstConflict != nil {
 		return out, firstConflict
 	}
+	if running {
+		if err := lease.CheckHeld(opts.Lock, "every step is done; not removing run key "+runKey); err != nil {
+			return out, err
+		}
+		if err := r.finishRun(ctx, runKey); err != nil {
+			return out, err
+		}
+	}
 	out.Done = !opts.DryRun
 	return out, nil
+}
+
+// recordedTxn is step i's transaction with, among its writes, the put of
+// the key as it is now under <runKey>/<i+1>: the transaction compares the
+// mod revision the value was read at, so the record is written if and only
+// if the step is.
+func (r *Registry) recordedTxn(ctx context.Context, runKey string, i int, st Step) (Txn, error) {
+	cur, err := r.getOne(ctx, st.Key)
+	if err != nil {
+		return Txn{}, err
+	}
+	op, err := oldValueOp(runKey, i, st.Key, cur)
+	if err != nil {
+		return Txn{}, err
+	}
+	t := stepTxn(st)
+	t.Then = append(t.Then, op)
+	return t, nil
 }
 
 // Verify checks, read-only, that every step of a plan shows in the store.

@@ -27,7 +27,12 @@
 // renewal is never overwritten. A lease move writes the unchanged value under
 // the new key with the same etcd lease and deletes the old key in one
 // transaction. Every step's result is visible in etcd, so Apply is idempotent:
-// rerun after a crash or an etcd restart, it finishes the plan.
+// rerun after a crash or an etcd restart, it finishes the plan. The run is
+// kept in etcd too, beside flannel's keys where flanneld never reads:
+// <prefix>/cidrshift/run/<plan ID> holds the plan, and each step's
+// transaction records there the key as it was before (RunKey, run.go), so
+// another machine finds an unfinished run (UnfinishedRuns) and finishes it;
+// a finished run's keys are deleted.
 //
 // The registry talks to etcd through the small KV interface: EtcdKV over
 // go.etcd.io/etcd/client/v3 (TLS with client certificates, configured from

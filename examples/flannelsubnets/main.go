@@ -9,6 +9,7 @@
 //	flannelsubnets [flags] rm KEY... | rm --stale
 //	flannelsubnets [flags] move KEY [SUBNET[,IPV6SUBNET]]
 //	flannelsubnets [flags] set-network CIDR[,IPV6CIDR] [--move-leases]
+//	flannelsubnets [flags] resume
 //
 // The etcd flags are flanneld's own, so they can be copied from its unit or
 // DaemonSet. In etcd mode --kubeconfig (or $KUBECONFIG) adds the node list,
@@ -34,6 +35,12 @@
 // create, update on leases there). In etcd mode the Lease needs a cluster:
 // --apply is refused (exit 2) without --kubeconfig or $KUBECONFIG, unless
 // --no-lock is given.
+//
+// In etcd mode an --apply run is also kept in etcd, under
+// <prefix>/cidrshift/run/<plan ID>, with each key as it was before the run
+// wrote it (flannel.Registry.RunKey). A run killed on one machine is
+// finished from any other with `resume --apply`, whatever --journal-dir;
+// `resume` alone prints the unfinished change's plan.
 package main
 
 import (
@@ -115,6 +122,7 @@ Commands:
   rm KEY... | rm --stale        delete leases (etcd mode)
   move KEY [SUBNET[,SUBNET6]]   move a lease, to the lowest free subnet by default (etcd mode)
   set-network CIDR[,CIDR6]      rewrite the network config (and, with --move-leases, the leases)
+  resume                        finish the oldest unfinished change kept in etcd (etcd mode)
 
 KEY is a lease key or its name, e.g. 172.7.3.0-24. Changes print a plan; --apply writes it,
 holding the Lease cidrshift-flannel: in etcd mode give --kubeconfig (or set KUBECONFIG) for
@@ -211,7 +219,7 @@ func (o options) validate(pos []string, cluster bool) error {
 		return usagef("%v", err)
 	}
 	if len(pos) == 0 {
-		return usagef("missing command: show, check, rm, move or set-network (see -h)")
+		return usagef("missing command: show, check, rm, move, set-network or resume (see -h)")
 	}
 	switch o.dryRun {
 	case "", "client":
@@ -251,6 +259,13 @@ func (o options) validate(pos []string, cluster bool) error {
 		if len(args) < 1 || len(args) > 2 {
 			return usagef("move needs KEY and optionally SUBNET[,IPV6SUBNET]")
 		}
+	case "resume":
+		if o.kubeSubnetMgr {
+			return usagef("resume works on the etcd registry; in kube subnet manager mode a change is one ConfigMap update")
+		}
+		if len(args) > 0 {
+			return usagef("resume takes no arguments, got %q", args)
+		}
 	case "set-network":
 		if len(args) != 1 {
 			return usagef("set-network needs one argument, CIDR or CIDR,IPV6CIDR")
@@ -259,7 +274,7 @@ func (o options) validate(pos []string, cluster bool) error {
 			return usagef("--move-leases is for etcd mode; in kube mode node subnets are podCIDRs")
 		}
 	default:
-		return usagef("unknown command %q: want show, check, rm, move or set-network", cmd)
+		return usagef("unknown command %q: want show, check, rm, move, set-network or resume", cmd)
 	}
 	if cmd != "rm" && o.stale {
 		return usagef("--stale goes with rm")
@@ -470,6 +485,21 @@ func executeEtcd(ctx context.Context, d deps, o options, pos []string, w io.Writ
 			return badRequest(err)
 		}
 		return change(ctx, env, o, p, w)
+	case "resume":
+		// A run of --apply killed on any machine is kept under
+		// <prefix>/cidrshift/run/ until its plan is applied to the end.
+		runs, err := env.reg.UnfinishedRuns(ctx)
+		if err != nil {
+			return err
+		}
+		if len(runs) == 0 {
+			fmt.Fprintf(w, "no unfinished change under %s/cidrshift/run/\n", env.reg.Prefix())
+			return nil
+		}
+		if o.output == "text" {
+			fmt.Fprintf(w, "Unfinished change %s, started by %s at %s (%d in all):\n", runs[0].Key, runs[0].StartedBy, runs[0].Started.Format(time.RFC3339), len(runs))
+		}
+		return change(ctx, env, o, runs[0].Plan, w)
 	default: // set-network
 		req, err := parseNetworkArg(args[0])
 		if err != nil {

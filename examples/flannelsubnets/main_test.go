@@ -36,12 +36,33 @@ type world struct {
 	kube    *fake.Clientset
 	dialed  []flannel.EtcdConfig
 	envKube string
+	// txnsLeft, when positive, is how many transactions etcd takes before
+	// it stops answering them (the run's machine dies).
+	txnsLeft int
+}
+
+// dyingKV is etcd as seen from a machine that dies after its txnsLeft
+// transactions.
+type dyingKV struct {
+	flannel.KV
+	left *int
+}
+
+func (k dyingKV) Txn(ctx context.Context, t flannel.Txn) (*flannel.TxnResult, error) {
+	if *k.left == 0 {
+		return nil, errors.New("the machine died")
+	}
+	*k.left--
+	return k.KV.Txn(ctx, t)
 }
 
 func (w *world) deps() deps {
 	return deps{
 		dialEtcd: func(_ context.Context, cfg flannel.EtcdConfig) (flannel.KV, io.Closer, error) {
 			w.dialed = append(w.dialed, cfg)
+			if w.txnsLeft > 0 {
+				return dyingKV{KV: w.kv, left: &w.txnsLeft}, io.NopCloser(nil), nil
+			}
 			return w.kv, io.NopCloser(nil), nil
 		},
 		kube: func(string, string) (kubernetes.Interface, error) {
@@ -319,6 +340,41 @@ func TestRunEtcdChanges(t *testing.T) {
 	code, _, stderr = w.run(t, "set-network", "172.8.0.0/30")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "network is too small")
+}
+
+// A change whose machine died after its first step is found in etcd by
+// another machine (another --journal-dir) and finished with resume --apply.
+func TestRunEtcdResume(t *testing.T) {
+	w := storyWorld(t)
+	code, out, _ := w.run(t, "resume")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "no unfinished change under "+pfx+"/cidrshift/run/")
+
+	w.txnsLeft = 1 // the config (and the run key)
+	code, out, stderr := w.run(t, "set-network", "172.8.0.0/16", "--move-leases", "--apply", "--no-lock", "--journal-dir", t.TempDir())
+	require.Equal(t, 1, code, out+stderr)
+	assert.Contains(t, stderr, "the machine died")
+	assert.True(t, w.has(t, pfx+"/subnets/172.7.3.0-24"), "not moved yet")
+
+	w.txnsLeft = 0
+	code, out, _ = w.run(t, "resume")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "Unfinished change "+pfx+"/cidrshift/run/")
+	assert.Contains(t, out, "move the flannel network to 172.8.0.0/16")
+	assert.Contains(t, out, "Nothing written")
+	code, out, stderr = w.run(t, "resume", "--apply", "--no-lock", "--journal-dir", t.TempDir())
+	require.Equal(t, 0, code, out+stderr)
+	assert.Contains(t, out, "step 1: already-done")
+	assert.Contains(t, out, "Done.")
+	assert.True(t, w.has(t, pfx+"/subnets/172.8.3.0-24"))
+	assert.False(t, w.has(t, pfx+"/subnets/172.7.3.0-24"))
+	code, out, _ = w.run(t, "resume")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "no unfinished change")
+
+	code, _, stderr = w.run(t, "--kube-subnet-mgr", "resume")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "resume works on the etcd registry")
 }
 
 // In etcd mode --apply holds the Lease cidrshift-flannel, which needs a
