@@ -260,8 +260,9 @@ func LockScopes(c Composition) []string {
 // labelled journal.cidrshift.io/scope=cidrshift-migrate-<kind> for the
 // Runner's own records (the intent, the plans, the steps done), and one
 // scope per package journal below it (…-<kind>-nodecidr, …-servicecidr,
-// …-calico), each written after the local record and before the call it
-// guards, at most 256 KiB of records per ConfigMap. A run that ends with
+// …-calico, flannel's …-fix and …-rebase), each written after the local
+// record and before the call it guards, 256 KiB of records per ConfigMap (a
+// larger record gets one of its own). A run that ends with
 // every step done deletes its ConfigMaps but the first of each scope, which
 // stays, emptied, labelled journal.cidrshift.io/state=finished (remove them
 // with kubectl delete configmap -n NAMESPACE -l

@@ -260,8 +260,9 @@ type Locker interface {
 // cluster: ConfigMaps in Namespace labelled journal.cidrshift.io/scope=Name,
 // one key per record (the run's plan; per node its phase and, from its
 // backed-up phase on, the full Node as deleted), written after the local
-// record and before the call it guards, at most 256 KiB of records per
-// ConfigMap (a record above 900 KiB is refused before the delete). When the
+// record and before the call it guards, 256 KiB of records per ConfigMap (a
+// larger record gets one of its own; one above 900 KiB is refused before
+// the delete). When the
 // run completes, its ConfigMaps are deleted but the first, emptied and
 // labelled journal.cidrshift.io/state=finished; remove finished runs with
 // `kubectl delete configmap -n NAMESPACE -l journal.cidrshift.io/state=finished`.

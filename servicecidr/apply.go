@@ -146,9 +146,10 @@ type Locker interface {
 
 // ClusterJournal is where Apply keeps the copy of its journal: ConfigMaps
 // in Namespace labelled journal.cidrshift.io/scope=Name, one key per record
-// (each Service as it was before its delete, default/kubernetes's record),
-// written after the local record and before the delete it guards, at most
-// 256 KiB of records per ConfigMap. When a run ends with every Service
+// (each Service and old ServiceCIDR as it was before its delete,
+// default/kubernetes's record), written after the local record and before
+// the delete it guards, 256 KiB of records per ConfigMap (a larger record
+// gets one of its own). When a run ends with every Service
 // moved, its ConfigMaps are deleted but the first, which stays emptied and
 // labelled journal.cidrshift.io/state=finished. RBAC: get, list, create,
 // update and delete on configmaps in Namespace.
