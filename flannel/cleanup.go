@@ -3,6 +3,7 @@ package flannel
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -119,6 +120,19 @@ func CleanupSteps(o CleanupOptions) []HostStep {
 	} else {
 		steps = append(steps, HostStep{Where: "node", Command: "systemctl restart " + or(o.Service, "flanneld"),
 			Why: "flanneld reads its subnet only at start; restarted, it takes the node's lease and sets up the backend and subnet.env for it"})
+	}
+	// A flanneld still running with the old lease when the new one appeared
+	// takes it for another node's and routes the node's own new subnet away
+	// from the bridge; the restarted flanneld never removes that route.
+	for _, r := range []struct {
+		flag string
+		p    netip.Prefix
+	}{{"", o.To.IPv4}, {"-6 ", o.To.IPv6}} {
+		if r.p.IsValid() {
+			steps = append(steps, HostStep{Where: "node", Command: fmt.Sprintf("ip %sroute flush exact %s proto boot", r.flag, r.p),
+				Why: "a flanneld that still ran with the old lease when the new one appeared took it for another node's and routed this node's own new subnet " + r.p.String() +
+					" away from the bridge (via the node's own address with host-gw, through the VTEP with vxlan); the restarted flanneld skips its own lease and never removes that route, which cuts off every pod on the node. flanneld's routes are proto boot, the bridge's own route is proto kernel and stays"})
+		}
 	}
 	steps = append(steps,
 		HostStep{Where: "cluster",

@@ -79,6 +79,7 @@ func ExampleCleanupSteps() {
 	// node    rm -rf /var/lib/cni/networks/cbr0
 	// node    rm -f /run/flannel/subnet.env
 	// node    systemctl restart flanneld
+	// node    ip route flush exact 172.7.3.0/24 proto boot
 	// cluster kubectl delete pods --all-namespaces --field-selector spec.nodeName=node-c,spec.hostNetwork=false
 	// cluster kubectl uncordon node-c
 }

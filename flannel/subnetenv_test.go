@@ -110,6 +110,7 @@ func TestCleanupSteps(t *testing.T) {
 		"node: rm -rf /var/lib/cni/networks/cbr0",
 		"node: rm -f /run/flannel/subnet.env",
 		"cluster: kubectl -n kube-flannel delete pod -l app=flannel --field-selector spec.nodeName=node-a",
+		"node: ip route flush exact 10.244.9.0/24 proto boot",
 		"cluster: kubectl delete pods --all-namespaces --field-selector spec.nodeName=node-a,spec.hostNetwork=false",
 		"cluster: kubectl uncordon node-a",
 	}, cmds)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,9 @@ func (r hostStepRunner) one(ctx context.Context, s flannel.HostStep) error {
 		return err
 	case s.Where == "node" && len(f) == 4 && f[0] == "ip" && f[1] == "link" && f[2] == "delete":
 		_, err := n.Run("ip", "link", "delete", f[3])
+		return err
+	case s.Where == "node" && len(f) >= 7 && f[0] == "ip" && slices.Contains(f, "flush") && f[len(f)-2] == "proto" && f[len(f)-1] == "boot":
+		_, err := n.Run("ip", f[1:]...)
 		return err
 	case s.Where == "node" && len(f) == 3 && f[0] == "rm" && f[1] == "-rf" && strings.HasPrefix(f[2], "/var/lib/cni/networks/"):
 		return os.RemoveAll(filepath.Join(n.IPAMDir, strings.TrimPrefix(f[2], "/var/lib/cni/networks/")))
