@@ -24,8 +24,12 @@ import (
 )
 
 // The make-before-break mode of the FlannelPodCIDR migration
-// (FlannelPodCIDROptions.MakeBeforeBreak). After a node has its new podCIDR
-// and its flannel pod was restarted, per node and in order:
+// (FlannelPodCIDROptions.MakeBeforeBreak). Right before a node's Node is
+// deleted (nodecidr's BeforeDelete), every other node's agent sets up the
+// standby for the node's subnet (mbbStandby), so its pods stay reachable
+// while flanneld there forgets the subnet at the delete and learns the new
+// one at the re-creation. After the node has its new podCIDR and its
+// flannel pod was restarted, per node and in order:
 //
 //  1. transition: the wants of every node (HostWants) are published to
 //     every node's agent at once. The moved node keeps answering for the
