@@ -55,6 +55,11 @@ func listens(pid, port int) (bool, error) {
 	}
 	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
 	fds, err := os.ReadDir(fdDir)
+	if os.IsNotExist(err) {
+		// The process ended after its namespace's table was read (which
+		// lists every socket of the namespace, the other process's too).
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -77,6 +82,10 @@ func (c *Cluster) checkOwnPort(name Component, proc *process) error {
 	port := c.comps[name].ports[healthPorts[name]]
 	c.mu.Unlock()
 	ok, err := listens(proc.cmd.Process.Pid, port)
+	if proc.exited() {
+		// It ended while the port answered: another process holds it.
+		return fmt.Errorf("port %d answers, but %s (pid %d) has exited: another process took it", port, name, proc.cmd.Process.Pid)
+	}
 	if err != nil || ok {
 		// Unreadable /proc: trust the health check as before.
 		return nil
