@@ -121,6 +121,13 @@ type FlannelPodCIDROptions struct {
 	// left the transition is torn down. It needs host agents on every node
 	// (Runner.Agents); see the doc of FlannelPodCIDRMigration.
 	MakeBeforeBreak bool
+	// FixOnly repairs without widening (seed 001 of FACTS.md): the nodes
+	// with a duplicate or missing podCIDR get a free subnet of the Network
+	// in use, and their hosts follow (host agents, or the printed steps);
+	// net-conf.json, --cluster-cidr and kubeadm's podSubnet stay. Network
+	// may be left zero (the Network in use); when given it must be that
+	// Network. From and RewriteNodes are refused with it.
+	FixOnly bool
 }
 
 // FlannelPodCIDRIntent is what a FlannelPodCIDR migration records in its
@@ -132,6 +139,8 @@ type FlannelPodCIDRIntent struct {
 	NodeRange    netip.Prefix `json:"nodeRange,omitzero"`
 	// MakeBeforeBreak is the mode the nodes move in.
 	MakeBeforeBreak bool `json:"makeBeforeBreak,omitempty"`
+	// FixOnly: the run repairs nodes and keeps the Network (From == To).
+	FixOnly bool `json:"fixOnly,omitempty"`
 	// KeepIPv6, in a dual-stack cluster, is kube-controller-manager's IPv6
 	// --cluster-cidr range as the first run found it (KeepIPv6First: listed
 	// first; KeepIPv6Mask: its node mask): a rerun keeps it, whatever the
@@ -164,6 +173,9 @@ type FlannelPodCIDRIntent struct {
 //  5. host-cleanup: the host work of every moved node (HostPlans, printed
 //     for a person), a rolling restart of flannel's DaemonSets so every
 //     flanneld reads the new Network, and a final verification.
+//
+// With FixOnly only steps 1 and 5 act (seed 001: a duplicate podCIDR fixed
+// in the Network in use); steps 2 to 4 have nothing to do.
 //
 // With MakeBeforeBreak the node moves of steps 1 and 4 keep each node's
 // pods reachable instead of deleting them: the host agents hold the old
@@ -219,8 +231,13 @@ func FlannelPodCIDR(o FlannelPodCIDROptions) (*FlannelPodCIDRMigration, error) {
 // Validate checks the options that need no cluster (all but Kube). Zero
 // NodeMask, HealthTimeout and PollInterval mean their defaults.
 func (o FlannelPodCIDROptions) Validate() error {
-	if !o.Network.IsValid() {
-		return inputf("--network is required: the new flannel Network, which must contain the current one, e.g. --network 10.240.0.0/12")
+	switch {
+	case o.FixOnly && o.RewriteNodes:
+		return inputf("--fix-only keeps every healthy node's podCIDR; --rewrite-nodes renumbers them: give one")
+	case o.FixOnly && o.From.IsValid():
+		return inputf("--from %s: --fix-only keeps the Network in use; leave --from out", o.From)
+	case !o.FixOnly && !o.Network.IsValid():
+		return inputf("--network is required: the new flannel Network, which must contain the current one, e.g. --network 10.240.0.0/12 (or --fix-only to repair duplicate and missing podCIDRs in the Network in use)")
 	}
 	for _, p := range []struct {
 		flag string
@@ -269,7 +286,7 @@ func (o FlannelPodCIDROptions) Validate() error {
 			return inputf("--out %s: exists and is not a directory", o.Out)
 		}
 	}
-	if cidr.FamilyOf(o.Network) != cidr.IPv4 {
+	if o.Network.IsValid() && cidr.FamilyOf(o.Network) != cidr.IPv4 {
 		return inputf("--network %s: only an IPv4 Network is supported", o.Network)
 	}
 	if o.RewriteNodes && !cidr.ContainsPrefix(o.Network, o.NodeRange) {
@@ -290,8 +307,14 @@ func (m *FlannelPodCIDRMigration) LockScopes() []string {
 // From is the Network in use, as the last Prepare resolved it.
 func (m *FlannelPodCIDRMigration) From() netip.Prefix { return m.from }
 
-// To is the new Network.
-func (m *FlannelPodCIDRMigration) To() netip.Prefix { return m.o.Network }
+// To is the new Network (with FixOnly, the one kept), as the last Prepare
+// resolved it; Network before the first Prepare.
+func (m *FlannelPodCIDRMigration) To() netip.Prefix {
+	if m.to.IsValid() {
+		return m.to
+	}
+	return m.o.Network
+}
 
 func (m *FlannelPodCIDRMigration) kubeOptions() flannel.KubeOptions {
 	return flannel.KubeOptions{Namespace: m.o.Namespace, ConfigMap: m.o.ConfigMap}
@@ -317,9 +340,12 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 			return nil, err
 		}
 		if haveIntent {
-			if st.To != m.to || (from.IsValid() && st.From != from) || st.RewriteNodes != m.o.RewriteNodes || st.NodeRange != m.nodeRange || st.MakeBeforeBreak != m.o.MakeBeforeBreak {
-				return nil, inputf("--journal %s records a move %s -> %s (rewrite-nodes %t, node-range %s, make-before-break %t); rerun with those flags or use another journal",
-					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange), st.MakeBeforeBreak)
+			if m.o.FixOnly && st.FixOnly && !m.to.IsValid() {
+				m.to = st.To // --network left out: the Network the run kept
+			}
+			if st.To != m.to || (from.IsValid() && st.From != from) || st.RewriteNodes != m.o.RewriteNodes || st.NodeRange != m.nodeRange || st.MakeBeforeBreak != m.o.MakeBeforeBreak || st.FixOnly != m.o.FixOnly {
+				return nil, inputf("--journal %s records a move %s -> %s (rewrite-nodes %t, node-range %s, make-before-break %t, fix-only %t); rerun with those flags or use another journal",
+					m.j.Dir(), st.From, st.To, st.RewriteNodes, flPrefixOrNone(st.NodeRange), st.MakeBeforeBreak, st.FixOnly)
 			}
 			from = st.From
 			m.keep = keptFamily{cidr: st.KeepIPv6, first: st.KeepIPv6First, mask: st.KeepIPv6Mask}
@@ -336,6 +362,12 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 		return nil, fmt.Errorf("net-conf.json in ConfigMap %s/%s does not parse (%s): fix it first", nc.Namespace, nc.Name, nc.Error)
 	}
 	m.nc = nc
+	if m.o.FixOnly {
+		if err := m.fixOnlyNetwork(nc, haveIntent); err != nil {
+			return nil, err
+		}
+		from = m.to
+	}
 	if !from.IsValid() {
 		from = nc.Config.Network
 		if from == m.to {
@@ -356,7 +388,7 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 			what, nc.Namespace, nc.Name, flPrefixOrNone(cur))
 	}
 	m.from = from
-	if m.from == m.to || !cidr.ContainsPrefix(m.to, m.from) {
+	if !m.o.FixOnly && (m.from == m.to || !cidr.ContainsPrefix(m.to, m.from)) {
 		return nil, inputf("--network %s must strictly contain the current Network %s, so no node's podCIDR is outside it during the move (e.g. %s)",
 			m.to, m.from, flSuggest(m.from))
 	}
@@ -392,7 +424,7 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 	}
 	return &Prepared{
 		Intent: FlannelPodCIDRIntent{From: m.from, To: m.to, RewriteNodes: m.o.RewriteNodes, NodeRange: m.nodeRange, MakeBeforeBreak: m.o.MakeBeforeBreak,
-			KeepIPv6: m.keep.cidr, KeepIPv6First: m.keep.first, KeepIPv6Mask: m.keep.mask},
+			FixOnly: m.o.FixOnly, KeepIPv6: m.keep.cidr, KeepIPv6First: m.keep.first, KeepIPv6Mask: m.keep.mask},
 		Steps: []Step{
 			StepFunc{StepName: FlannelStepFix, StepTitle: "give nodes with duplicate or missing podCIDRs a free subnet", DoFunc: m.fixPodCIDRs},
 			StepFunc{StepName: FlannelStepNetwork, StepTitle: "widen net-conf.json Network", DoFunc: m.setNetwork, DoneFunc: m.networkSet},
@@ -401,6 +433,27 @@ func (m *FlannelPodCIDRMigration) Prepare(ctx context.Context, env *Env) (*Prepa
 			StepFunc{StepName: FlannelStepCleanup, StepTitle: "host clean-up per moved node, restart flanneld, verify", DoFunc: m.hostCleanup, VerifyFunc: m.verify},
 		},
 	}, nil
+}
+
+// fixOnlyNetwork resolves the Network a FixOnly run keeps: --network (or
+// the journal's) when given, else net-conf.json's; it must be the one
+// net-conf.json holds.
+func (m *FlannelPodCIDRMigration) fixOnlyNetwork(nc *flannel.NetConf, haveIntent bool) error {
+	cur := nc.Config.Network
+	if !cur.IsValid() {
+		return inputf("net-conf.json in ConfigMap %s/%s has no IPv4 Network; nothing to fix in", nc.Namespace, nc.Name)
+	}
+	if !m.to.IsValid() {
+		m.to = cur
+	}
+	if m.to != cur {
+		what := "--network " + m.to.String()
+		if haveIntent {
+			what = fmt.Sprintf("--journal %s records Network %s", m.j.Dir(), m.to)
+		}
+		return inputf("%s: --fix-only keeps the Network in use, and net-conf.json in ConfigMap %s/%s holds %s", what, nc.Namespace, nc.Name, cur)
+	}
+	return nil
 }
 
 // accessChecks are the permissions of the migration's own writes, checked
@@ -500,6 +553,9 @@ func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error
 	}
 	if m.o.NodeMask < m.from.Bits() {
 		return inputf("--node-mask %d: a node subnet /%d is larger than the Network %s", m.o.NodeMask, m.o.NodeMask, m.from)
+	}
+	if m.o.FixOnly {
+		return nil // the Network, --cluster-cidr and kubeadm's podSubnet stay
 	}
 	if done, err := StepDone(env, FlannelStepNetwork); err != nil {
 		return err
@@ -606,6 +662,11 @@ func (m *FlannelPodCIDRMigration) fixPodCIDRs(ctx context.Context, env *Env, sr 
 }
 
 func (m *FlannelPodCIDRMigration) rewriteNodes(ctx context.Context, env *Env, sr *StepReport) error {
+	if m.o.FixOnly {
+		sr.Status = StatusSkipped
+		sr.Addf("--fix-only: every other node keeps its podCIDR")
+		return nil
+	}
 	if !m.o.RewriteNodes {
 		sr.Status = StatusSkipped
 		sr.Addf("Network %s contains %s, so every node's podCIDR stays valid for flanneld and kube-controller-manager; rewriting is only needed to renumber (--rewrite-nodes --node-range R)", m.to, m.from)
@@ -921,6 +982,11 @@ func (m *FlannelPodCIDRMigration) setNetwork(ctx context.Context, _ *Env, sr *St
 // --- step 3: kube-controller-manager ---
 
 func (m *FlannelPodCIDRMigration) controllerManager(ctx context.Context, _ *Env, sr *StepReport) error {
+	if m.o.FixOnly {
+		sr.Status = StatusSkipped
+		sr.Addf("--fix-only: --cluster-cidr and kubeadm's podSubnet stay %s", m.clusterCIDR())
+		return nil
+	}
 	if err := m.kubeadmConfigMaps(ctx, sr); err != nil {
 		return err
 	}
@@ -1312,6 +1378,16 @@ func (m *FlannelPodCIDRMigration) hostCleanup(ctx context.Context, _ *Env, sr *S
 	return m.restartFlannel(ctx, sr)
 }
 
+// flannelRestartWhy says why host-cleanup restarts every flanneld.
+func (m *FlannelPodCIDRMigration) flannelRestartWhy() string {
+	if m.o.FixOnly {
+		// A flanneld drops its route to a subnet two nodes shared when one
+		// of them leaves it (seed 001), and adds it back only at start.
+		return "every flanneld lists the nodes again at start: one that dropped its route to a subnet two nodes shared gets it back"
+	}
+	return fmt.Sprintf("every flanneld reads Network %s at start", m.to)
+}
+
 // restartFlannel rolls the flannel DaemonSet(s) so every flanneld reads the
 // new Network (it reads net-conf.json only at start).
 func (m *FlannelPodCIDRMigration) restartFlannel(ctx context.Context, sr *StepReport) error {
@@ -1332,12 +1408,12 @@ func (m *FlannelPodCIDRMigration) restartFlannel(ctx context.Context, sr *StepRe
 		}
 	}
 	if len(flannelDS) == 0 {
-		sr.Addf("no DaemonSet in namespace %s runs pods matching --flannel-selector %s: restart every flanneld by hand so it reads Network %s", m.o.Namespace, m.o.FlannelSelector, m.to)
+		sr.Addf("no DaemonSet in namespace %s runs pods matching --flannel-selector %s: restart every flanneld by hand (%s)", m.o.Namespace, m.o.FlannelSelector, m.flannelRestartWhy())
 		return nil
 	}
 	for _, ds := range flannelDS {
 		if m.mode == ModePlan {
-			sr.Addf("kubectl -n %s rollout restart daemonset/%s (every flanneld reads Network %s at start)", ds.Namespace, ds.Name, m.to)
+			sr.Addf("kubectl -n %s rollout restart daemonset/%s (%s)", ds.Namespace, ds.Name, m.flannelRestartWhy())
 			continue
 		}
 		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, FlannelRestartedAtAnnotation, time.Now().UTC().Format(time.RFC3339))

@@ -283,3 +283,100 @@ func TestFlannelChecksTheDaemonSetRollBeforeTheFirstWrite(t *testing.T) {
 		}
 	}
 }
+
+// FixOnly (seed 001): the duplicate w3 and w4 without a podCIDR get free
+// subnets of the Network in use; net-conf.json, --cluster-cidr and the
+// other nodes stay, and the run does not pause for the operator. A rerun
+// with the same journal and no --network resumes it; one asking for
+// another Network, or for a move, is refused.
+func TestFlannelFixOnlyRepairsInTheNetworkInUse(t *testing.T) {
+	cs := flCluster(flNetConf)
+	o := flOptions(cs)
+	o.Network, o.FixOnly = netip.Prefix{}, true
+	m, err := migrate.FlannelPodCIDR(o)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "j")
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(t.Context(), m)
+	require.NoError(t, err)
+	require.False(t, rep.Paused(), "nothing for the operator: --cluster-cidr stays")
+	assert.Equal(t, netip.MustParsePrefix("10.244.0.0/16"), m.From())
+	assert.Equal(t, m.From(), m.To())
+	status := map[string]string{}
+	for _, s := range rep.Steps {
+		status[s.Name] = s.Status
+	}
+	assert.Equal(t, map[string]string{migrate.FlannelStepFix: migrate.StatusCompleted, migrate.FlannelStepNetwork: migrate.StatusDone,
+		migrate.FlannelStepControllerManager: migrate.StatusSkipped, migrate.FlannelStepRewrite: migrate.StatusSkipped,
+		migrate.FlannelStepCleanup: migrate.StatusCompleted}, status)
+	for _, a := range cs.Actions() {
+		assert.False(t, a.GetVerb() == "update" && a.GetResource().Resource == "configmaps", "net-conf.json rewritten: %v", a)
+	}
+	held := map[string]string{}
+	nodes, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, n := range nodes.Items {
+		held[n.Name] = n.Spec.PodCIDR
+		assert.True(t, netip.MustParsePrefix("10.244.0.0/16").Contains(netip.MustParsePrefix(n.Spec.PodCIDR).Addr()), "%s: %s", n.Name, n.Spec.PodCIDR)
+	}
+	assert.Equal(t, "10.244.1.0/24", held["w1"], "the oldest holder keeps it")
+	assert.Equal(t, "10.244.2.0/24", held["w2"])
+	assert.NotEqual(t, held["w1"], held["w3"])
+	assert.NotEqual(t, held["w3"], held["w4"])
+	var moved []string
+	for _, h := range m.HostPlans() {
+		moved = append(moved, h.Node)
+	}
+	assert.Equal(t, []string{"w3", "w4"}, moved)
+
+	// The same journal, --network left out: the run is found finished.
+	m2, err := migrate.FlannelPodCIDR(o)
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(t.Context(), m2)
+	require.NoError(t, err)
+	// The same journal asked for a widening: refused, naming the record.
+	wide := flOptions(cs)
+	m3, err := migrate.FlannelPodCIDR(wide)
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(t.Context(), m3)
+	require.ErrorIs(t, err, migrate.ErrInvalidInput)
+	assert.Contains(t, err.Error(), "fix-only true")
+}
+
+func TestFlannelFixOnlyRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*migrate.FlannelPodCIDROptions)
+		want string
+	}{
+		{"rewrite nodes", func(o *migrate.FlannelPodCIDROptions) {
+			o.RewriteNodes, o.NodeRange = true, netip.MustParsePrefix("10.240.0.0/16")
+		}, "--fix-only keeps every healthy node's podCIDR"},
+		{"from", func(o *migrate.FlannelPodCIDROptions) { o.From = netip.MustParsePrefix("10.244.0.0/16") }, "--from 10.244.0.0/16: --fix-only keeps the Network in use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := flCluster(flNetConf)
+			o := flOptions(cs)
+			o.FixOnly = true
+			tc.edit(&o)
+			_, err := migrate.FlannelPodCIDR(o)
+			require.ErrorIs(t, err, migrate.ErrInvalidInput)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Empty(t, cs.Actions(), "nothing read or written")
+		})
+	}
+	// A Network that is not the one in use is refused before any write.
+	cs := flCluster(flNetConf)
+	o := flOptions(cs)
+	o.FixOnly = true // Network 10.240.0.0/12
+	m, err := migrate.FlannelPodCIDR(o)
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	require.ErrorIs(t, err, migrate.ErrInvalidInput)
+	assert.Contains(t, err.Error(), "--network 10.240.0.0/12: --fix-only keeps the Network in use, and net-conf.json in ConfigMap kube-flannel/kube-flannel-cfg holds 10.244.0.0/16")
+	for _, a := range cs.Actions() {
+		assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "no write but access reviews: %v", a)
+		if a.GetVerb() == "create" {
+			assert.Contains(t, []string{"selfsubjectaccessreviews"}, a.GetResource().Resource, "%v", a)
+		}
+	}
+}

@@ -207,13 +207,14 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	fs.DurationVar(&o.m.HealthTimeout, "health-timeout", 2*time.Minute, "how long a moved node may take to be Ready with its pods running")
 	fs.DurationVar(&o.m.PollInterval, "poll-interval", time.Second, "poll period of the waits")
 	fs.BoolVar(&o.m.MakeBeforeBreak, "make-before-break", false, "keep each moved node's old subnet reachable through the agents and replace its pods one at a time by eviction (PodDisruptionBudgets respected) instead of deleting them; needs --agents, and is on by default with it (--make-before-break=false: delete them)")
+	fs.BoolVar(&o.m.FixOnly, "fix-only", false, "repair only: nodes with a duplicate or missing podCIDR get a free subnet of the Network in use, and their hosts follow; the Network and --cluster-cidr stay (--network may be left out)")
 	fs.BoolVar(&o.agents, "agents", false, "nodes running examples/nodenet-agent get their host work through it (others: the command to run there)")
 	fs.StringVar(&o.hosts.Namespace, "agent-namespace", migrate.DefaultAgentNamespace, "namespace of the node agents' Leases")
 	fs.DurationVar(&o.hosts.Timeout, "agent-timeout", 2*time.Minute, "how long to wait for one node agent's report")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: migrate-flannel-podcidr --network CIDR [--journal DIR --apply] [flags]")
+			fmt.Fprintln(stdout, "usage: migrate-flannel-podcidr (--network CIDR | --fix-only) [--journal DIR --apply] [flags]")
 			fs.PrintDefaults()
 			return o, err
 		}
@@ -239,8 +240,8 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 	default:
 		return o, cli.Usagef("--dry-run %q: want client or server", o.dryRun)
 	}
-	if o.network == "" {
-		return o, cli.Usagef("--network is required: the new flannel Network, which must contain the current one, e.g. --network 10.240.0.0/12")
+	if o.network == "" && !o.m.FixOnly {
+		return o, cli.Usagef("--network is required: the new flannel Network, which must contain the current one, e.g. --network 10.240.0.0/12 (or --fix-only)")
 	}
 	if o.apply && o.dryRun == "" && o.journalDir == "" {
 		return o, cli.Usagef("--journal DIR is required with --apply: it records the finished steps and every Node before its delete, so a rerun resumes")
@@ -274,13 +275,17 @@ func parseFlags(args []string, stdout io.Writer) (options, error) {
 }
 
 func printText(w io.Writer, rep Report) {
+	what := fmt.Sprintf("flannel Network %s -> %s", rep.From, rep.To)
+	if rep.From == rep.To {
+		what = fmt.Sprintf("repair in flannel Network %s (--fix-only)", rep.To)
+	}
 	switch migrate.Mode(rep.Mode) {
 	case migrate.ModePlan:
-		fmt.Fprintf(w, "runbook: flannel Network %s -> %s (plan only; run with --journal DIR --apply)\n", rep.From, rep.To)
+		fmt.Fprintf(w, "runbook: %s (plan only; run with --journal DIR --apply)\n", what)
 	case migrate.ModeServerDryRun:
-		fmt.Fprintf(w, "runbook: flannel Network %s -> %s (server dry run: nothing stored)\n", rep.From, rep.To)
+		fmt.Fprintf(w, "runbook: %s (server dry run: nothing stored)\n", what)
 	default:
-		fmt.Fprintf(w, "runbook: flannel Network %s -> %s (journal %s)\n", rep.From, rep.To, rep.Journal)
+		fmt.Fprintf(w, "runbook: %s (journal %s)\n", what, rep.Journal)
 	}
 	migrate.WriteSteps(w, rep.Steps, rep.Waiting)
 }

@@ -153,6 +153,9 @@ func TestBadInput(t *testing.T) {
 		{"ipv6", []string{"--network", "fd00::/48"}, "only an IPv4 Network"},
 		{"extra arg", []string{"--network", "10.240.0.0/12", "foo"}, "unexpected argument"},
 		{"make-before-break without agents", []string{"--network", "10.240.0.0/12", "--make-before-break"}, "--make-before-break needs --agents"},
+		{"fix-only with another network", []string{"--fix-only", "--network", "10.240.0.0/12"}, "--fix-only keeps the Network in use, and net-conf.json in ConfigMap kube-flannel/kube-flannel-cfg holds 10.244.0.0/16"},
+		{"fix-only with from", []string{"--fix-only", "--from", "10.244.0.0/16"}, "--from 10.244.0.0/16: --fix-only keeps the Network in use"},
+		{"fix-only with rewrite", []string{"--fix-only", "--rewrite-nodes", "--node-range", "10.240.0.0/16"}, "--fix-only keeps every healthy node's podCIDR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,6 +189,33 @@ func TestMakeBeforeBreakNeedsRunningAgents(t *testing.T) {
 	o, err = parseFlags([]string{"--network", "10.240.0.0/12"}, io.Discard)
 	require.NoError(t, err)
 	assert.False(t, o.m.MakeBeforeBreak, "without --agents: drain-style (the host steps are printed)")
+}
+
+// --fix-only (seed 001): the plan fixes w3 and w4 in the Network in use and
+// asks the operator for nothing; applied, it moves them and only them.
+func TestFixOnly(t *testing.T) {
+	e := newEnv(t)
+	code, out, errOut := e.run(t, "--fix-only")
+	require.Equal(t, exitOK, code, errOut)
+	for _, want := range []string{
+		"runbook: repair in flannel Network 10.244.0.0/16 (--fix-only) (plan only",
+		"1. fix-podcidrs [planned]", "recreate w3: 10.244.1.0/24 ->", "patch w4: (none) ->",
+		"2. set-network [planned]", "net-conf.json already holds Network 10.244.0.0/16", "3. controller-manager [skipped]", "--cluster-cidr and kubeadm's podSubnet stay 10.244.0.0/16",
+		"4. rewrite-nodes [skipped]", "5. host-cleanup [planned]", "node w3 moved 10.244.1.0/24 ->",
+	} {
+		assert.Contains(t, out, want)
+	}
+	assert.Equal(t, "uid-xw3", string(e.node(t, "w3").UID), "a plan changes nothing")
+
+	code, out, errOut = e.run(t, "--fix-only", "--apply", "--journal", filepath.Join(t.TempDir(), "j"))
+	require.Equal(t, exitOK, code, "%s\n%s", out, errOut)
+	assert.Equal(t, netConf, e.netConf(t), "the Network stays")
+	assert.Equal(t, "10.244.1.0/24", e.node(t, "w1").Spec.PodCIDR)
+	w3, w4 := e.node(t, "w3").Spec.PodCIDR, e.node(t, "w4").Spec.PodCIDR
+	assert.NotEqual(t, "10.244.1.0/24", w3)
+	assert.NotEmpty(t, w4)
+	assert.NotEqual(t, w3, w4)
+	assert.True(t, strings.HasPrefix(w3, "10.244.") && strings.HasPrefix(w4, "10.244."), "%s %s", w3, w4)
 }
 
 func TestPlanModeChangesNothing(t *testing.T) {
