@@ -1171,12 +1171,20 @@ func flHostPlans(cfg flannel.Config, namespace, selector string, plans ...*nodec
 // it), and is the moved node's OldPodCIDR (so it keeps the transition);
 // once no live pod holds one, it is listed nowhere and the agents tear the
 // transition down. A subnet another node holds now (a duplicate podCIDR
-// being fixed) is never listed for the node that left it.
+// being fixed) is never listed for the node that left it. While several
+// nodes hold one podCIDR, it is the node's the fix plan keeps: the others,
+// until they move, get no want and are no peer (their pods are unreachable
+// from the other nodes anyway, and a want can list a subnet once).
 func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want, error) {
 	nodes, err := flannel.ReadNodes(ctx, m.o.Kube, m.kubeOptions())
 	if err != nil {
 		return nil, err
 	}
+	pending, err := m.pendingDuplicates(nodes)
+	if err != nil {
+		return nil, err
+	}
+	nodes = slices.DeleteFunc(nodes, func(n flannel.Node) bool { return pending[n.Name] })
 	left := map[string]netip.Prefix{}
 	for _, h := range m.HostPlans() {
 		left[h.Node] = h.From
@@ -1222,6 +1230,34 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 		out = append(out, w)
 	}
 	return out, nil
+}
+
+// pendingDuplicates returns the nodes that share their IPv4 podCIDR with
+// another node and are to leave it: the fix plan moves them (it keeps the
+// oldest holder). Without a fix plan, which holder keeps the subnet is not
+// known yet: an error.
+func (m *FlannelPodCIDRMigration) pendingDuplicates(nodes []flannel.Node) (map[string]bool, error) {
+	holders := map[netip.Prefix][]string{}
+	for _, n := range nodes {
+		if pc, ok := flIPv4(n.PodCIDRs); ok {
+			holders[pc] = append(holders[pc], n.Name)
+		}
+	}
+	pending := map[string]bool{}
+	for pc, names := range holders {
+		if len(names) < 2 {
+			continue
+		}
+		if m.fixPlan == nil {
+			return nil, fmt.Errorf("nodes %s share podCIDR %s, and no fix plan says which keeps it: the host agents get their wants once fix-podcidrs has planned", strings.Join(names, ", "), pc)
+		}
+		for _, name := range names {
+			if slices.ContainsFunc(m.leftSubnets(name), func(o netip.Prefix) bool { return o == pc }) {
+				pending[name] = true
+			}
+		}
+	}
+	return pending, nil
 }
 
 // heldOldSubnets returns, per node, the subnets the node-moving steps took

@@ -173,6 +173,12 @@ func (m *FlannelPodCIDRMigration) mbbStandby(ctx context.Context, p *nodecidr.Pl
 	if err != nil {
 		return err
 	}
+	if !slices.ContainsFunc(wants, func(w nodenet.Want) bool { return w.Node == node.Name }) {
+		// A duplicate (or a node without a podCIDR): the subnet it leaves
+		// is another node's, which keeps its routes.
+		m.note(fmt.Sprintf("node %s: no standby before its delete: the subnet it leaves stays another node's", node.Name))
+		return nil
+	}
 	peers := wants[:0]
 	for _, w := range wants {
 		if w.Node == node.Name {

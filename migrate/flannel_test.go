@@ -380,3 +380,39 @@ func TestFlannelFixOnlyRefusals(t *testing.T) {
 		}
 	}
 }
+
+// HostWants while w1 and w3 share 10.244.1.0/24 and the fix plan moves w3:
+// w3 gets no want and is no peer until it moved, so every want is valid
+// (a want lists a subnet once) and routes 10.244.1.0/24 to w1, the node
+// that keeps it. Before the fix plan exists, HostWants refuses.
+func TestFlannelHostWantsWhileADuplicateWaitsForItsMove(t *testing.T) {
+	cs := flCluster(flNetConf)
+	o := flOptions(cs)
+	o.FixOnly, o.Network = true, netip.Prefix{}
+	m, err := migrate.FlannelPodCIDR(o)
+	require.NoError(t, err)
+	_, err = m.HostWants(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nodes w1, w3 share podCIDR 10.244.1.0/24, and no fix plan says which keeps it")
+
+	_, err = (&migrate.Runner{Mode: migrate.ModePlan}).Run(t.Context(), m)
+	require.NoError(t, err)
+	wants, err := m.HostWants(t.Context())
+	require.NoError(t, err)
+	var names []string
+	for _, w := range wants {
+		names = append(names, w.Node)
+		held := []netip.Prefix{w.PodCIDR}
+		for _, p := range w.Peers {
+			for _, h := range held {
+				assert.False(t, h.Overlaps(p.PodCIDR), "want of %s lists %s twice (peer %s): nodenet refuses it", w.Node, p.PodCIDR, p.Name)
+			}
+			held = append(held, p.PodCIDR)
+			assert.NotEqual(t, "w3", p.Name, "w3 is no peer of %s while it shares w1's subnet", w.Node)
+			if p.Name == "w1" {
+				assert.Equal(t, "10.244.1.0/24", p.PodCIDR.String())
+			}
+		}
+	}
+	assert.Equal(t, []string{"w1", "w2"}, names, "w3 waits for its move; w4 has no podCIDR yet")
+}
