@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +41,20 @@ type mbbKubelet struct {
 	cs    kubernetes.Interface
 	nodes map[string]*Node
 	owner metav1.OwnerReference
+	// service: the pods are Service web's endpoints (EndpointSlice
+	// web-pods); grace is how long a deleted pod lives on after its
+	// endpoint is gone (kube-proxy's sync, the pod's grace); replicas is
+	// the number of pods settled waits for.
+	service  bool
+	grace    time.Duration
+	replicas int
+	// followPodCIDR: flanneld is restarted on a node whose podCIDR changed
+	// (what the runbook's restart of the node's flannel pod does); without
+	// it only a roll of DaemonSet kube-flannel-ds restarts flanneld.
+	followPodCIDR bool
+	rolledAt      string // the DaemonSet's restart annotations, as last rolled
+	dsSeen        bool
+	rolls         int
 
 	mu       sync.Mutex
 	web      []*Pod // the Service's backends now
@@ -47,6 +62,8 @@ type mbbKubelet struct {
 	errs     []string
 	flannel  map[string]string // node -> podCIDR its flanneld started with
 	replaced int
+	// replacing are the pods whose end and replacement are under way.
+	replacing map[*Pod]bool
 }
 
 // registerWeb creates a web pod's object, owned by the Deployment, as the
@@ -69,6 +86,9 @@ func (k *mbbKubelet) registerWeb(ctx context.Context, p *Pod) error {
 
 // setEndpoints writes the web pods as the endpoints of Service web.
 func (k *mbbKubelet) setEndpoints(ctx context.Context) error {
+	if !k.service {
+		return nil
+	}
 	s, err := k.cs.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).Get(ctx, "web-pods", metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -108,7 +128,7 @@ func (k *mbbKubelet) replace(ctx context.Context, old *Pod, uid string) {
 	if err != nil {
 		k.fail("endpoints without %s: %v", old.Name, err)
 	}
-	time.Sleep(1500 * time.Millisecond) // kube-proxy's sync, the pod's grace
+	time.Sleep(k.grace)
 	node := old.Node
 	k.mu.Lock()
 	err = node.DelPod(ctx, old)
@@ -157,7 +177,7 @@ func (k *mbbKubelet) settled(ctx context.Context) bool {
 	n := len(k.web)
 	k.mu.Unlock()
 	pods, err := k.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-	if err != nil || n != 2 || len(pods.Items) != 2 {
+	if err != nil || n != k.replicas || len(pods.Items) != k.replicas {
 		return false
 	}
 	return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
@@ -165,6 +185,11 @@ func (k *mbbKubelet) settled(ctx context.Context) bool {
 
 // run is the kubelets' and controllers' loop.
 func (k *mbbKubelet) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	k.mu.Lock()
+	k.replacing = map[*Pod]bool{}
+	k.mu.Unlock()
 	lastBeat := time.Time{}
 	for ctx.Err() == nil {
 		if time.Since(lastBeat) > 2*time.Second {
@@ -183,7 +208,7 @@ func (k *mbbKubelet) run(ctx context.Context) {
 		// flannel's DaemonSet: a node whose podCIDR changed gets a new flanneld.
 		for name, n := range k.nodes {
 			obj, err := k.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name] {
+			if !k.followPodCIDR || err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name] {
 				continue
 			}
 			if err := n.RestartFlanneld(30 * time.Second); err != nil {
@@ -191,6 +216,7 @@ func (k *mbbKubelet) run(ctx context.Context) {
 			}
 			k.flannel[name] = obj.Spec.PodCIDR
 		}
+		k.rollFlannel(ctx)
 		pods, err := k.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err == nil {
 			for _, obj := range pods.Items {
@@ -200,12 +226,23 @@ func (k *mbbKubelet) run(ctx context.Context) {
 				k.mu.Lock()
 				i := slices.IndexFunc(k.web, func(p *Pod) bool { return p.Name == obj.Name })
 				var old *Pod
-				if i >= 0 {
+				if i >= 0 && !k.replacing[k.web[i]] {
 					old = k.web[i]
+					k.replacing[old] = true
 				}
 				k.mu.Unlock()
 				if old != nil {
-					k.replace(ctx, old, string(obj.UID))
+					// Each pod on its own, as the kubelet's pod workers: a
+					// replacement whose CNI ADD keeps failing does not hold
+					// up another pod's end.
+					wg.Add(1)
+					go func(uid string) {
+						defer wg.Done()
+						k.replace(ctx, old, uid)
+						k.mu.Lock()
+						delete(k.replacing, old)
+						k.mu.Unlock()
+					}(string(obj.UID))
 				}
 			}
 		}
@@ -214,6 +251,33 @@ func (k *mbbKubelet) run(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// rollFlannel plays the DaemonSet controller's rolling update of
+// kube-flannel-ds (when it exists): once its pod template's restart
+// annotations change (kubectl rollout restart, or the runbook's), flanneld
+// is restarted on every node, one at a time.
+func (k *mbbKubelet) rollFlannel(ctx context.Context) {
+	ds, err := k.cs.AppsV1().DaemonSets(flannel.DefaultNetConfNamespace).Get(ctx, "kube-flannel-ds", metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	a := ds.Spec.Template.Annotations
+	at := a[migrate.FlannelRestartedAtAnnotation] + "|" + a["kubectl.kubernetes.io/restartedAt"]
+	if !k.dsSeen || at == k.rolledAt {
+		k.dsSeen, k.rolledAt = true, at
+		return
+	}
+	names := slices.Sorted(maps.Keys(k.nodes))
+	for _, name := range names {
+		if err := k.nodes[name].RestartFlanneld(30 * time.Second); err != nil {
+			k.fail("flanneld on %s (DaemonSet roll): %v", name, err)
+		}
+	}
+	k.mu.Lock()
+	k.rolledAt = at
+	k.rolls++
+	k.mu.Unlock()
 }
 
 // mbbRun is one migration's measurements.
@@ -281,7 +345,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	createAgentRBAC(t, cs)
 	agentKubeconfig, err := cp.NodeUserKubeconfig(agentIdentity[0], agentIdentity[1:]...)
 	require.NoError(t, err)
-	k := &mbbKubelet{cs: cs, nodes: map[string]*Node{}, flannel: map[string]string{}}
+	k := &mbbKubelet{cs: cs, nodes: map[string]*Node{}, flannel: map[string]string{}, service: true, grace: 1500 * time.Millisecond, replicas: 2, followPodCIDR: true}
 	moving := []string{"a", "b", "c", "z"}
 	for i, name := range moving {
 		n, err := env.AddNode(name)
