@@ -81,6 +81,16 @@
 // the default FDB entry stays while the peer lists old subnets and goes
 // with them (standby-left). Findings: standby-missing, standby-left.
 //
+// With vxlan, a peer's route `P via P.0 dev flannel.1 onlink` needs the
+// permanent neighbour entry P.0 -> the peer's VTEPMAC; when a Peer names
+// its VTEPMAC and is not about to move, a missing one is
+// neighbour-missing, and Apply sets it as flanneld does. flanneld deletes
+// it (with the route) when another node that had registered with P, a
+// duplicate being fixed, is deleted; and a flanneld whose delete of an
+// entry that is already gone fails retries it with backoff for up to a
+// minute before it handles any other lease (seed 001 with several
+// duplicates: the next duplicate's new subnet is learned only after that).
+//
 // Audit reports the transition as transition-active (an error, so Verify
 // does not pass, with its teardown planned and deferred) and a missing part
 // as old-gateway-missing (neither the bridge nor the transition serves A.1:

@@ -46,6 +46,13 @@ const (
 	CodeRouteOwnSubnet Code = "route-own-subnet"
 	// CodeRouteDuplicate: several routes to the same subnet.
 	CodeRouteDuplicate Code = "route-duplicate"
+	// CodeNeighbourMissing (vxlan): the VTEP has no neighbour entry for a
+	// peer's VTEP address (the .0 of its podCIDR), so the route to the peer
+	// leads nowhere. flanneld deletes it when a node that shared the peer's
+	// podCIDR is deleted (a duplicate being fixed), and a flanneld whose
+	// delete of an entry already gone fails retries it with backoff for up
+	// to a minute, holding every later lease event back.
+	CodeNeighbourMissing Code = "neighbour-missing"
 	// CodeReservationLeaked: a host-local reservation outside the podCIDR that
 	// no live pod holds.
 	CodeReservationLeaked Code = "reservation-leaked"

@@ -97,6 +97,17 @@ func (a *auditor) standby() {
 	}
 	vtep := a.w.VTEP
 	for _, p := range a.w.Peers {
+		// The neighbour entry of the peer's VTEP address, as flanneld sets
+		// it: the route to the peer's podCIDR goes through it. Not for a
+		// peer about to move: flanneld deletes that entry at its delete, and
+		// the standby goes through the next VTEP address.
+		if ip := p.PodCIDR.Addr(); p.VTEPMAC != "" && p.PodCIDR.IsValid() && !p.NextPodCIDR.IsValid() {
+			if want := (neighbour{ip: ip, mac: p.VTEPMAC, permanent: true}); !slices.Contains(a.s.neighbours, want) {
+				a.add(CodeNeighbourMissing, cidr.SeverityError, "neighbour "+ip.String(),
+					fmt.Sprintf("node %s's VTEP address %s does not resolve to its VTEP MAC %s: the route to %s leads nowhere", p.Name, ip, p.VTEPMAC, p.PodCIDR),
+					Action{Kind: ActionSetNeighbour, Link: vtep, IP: ip, MAC: p.VTEPMAC, Why: fmt.Sprintf("ip neigh replace %s lladdr %s dev %s nud permanent", ip, p.VTEPMAC, vtep)})
+			}
+		}
 		keep := p.NextPodCIDR.IsValid() || len(p.OldPodCIDRs) > 0
 		if p.NextPodCIDR.IsValid() {
 			ip := p.NextPodCIDR.Addr()

@@ -181,3 +181,61 @@ func mustAddr(t *testing.T, s string) *netlink.Addr {
 	require.NoError(t, err)
 	return a
 }
+
+// TestDataplaneNeighbourOfAPeerRestored: node-1 keeps A while another node
+// that had registered with A (a duplicate) is deleted; node-2's flanneld
+// then deletes its route to A and the neighbour entry of A.0, as it does
+// for any removed lease, and p2 loses p1 (seed 001). A want listing node-1
+// with its VTEP MAC brings back both: p2 reaches p1 again. Without the
+// neighbour entry the route leads nowhere (and a later duplicate's delete
+// would find no entry to delete, which flanneld retries for up to a minute
+// before it handles any other lease).
+func TestDataplaneNeighbourOfAPeerRestored(t *testing.T) {
+	ctx := context.Background()
+	const (
+		network = "10.244.0.0/16"
+		subnetA = "10.244.3.0/24"
+		subnetD = "10.244.5.0/24"
+		mac1    = "6e:00:00:00:03:00"
+		mac2    = "6e:00:00:00:05:00"
+		under1  = "192.0.2.11"
+	)
+	n1, n2, br, eth1, eth2 := twoNodes(t)
+	for n, subnet := range map[*testNode]string{n1: subnetA, n2: subnetD} {
+		n.sysctl("net.ipv4.ip_forward", "1")
+		n.flannelFiles(br, subnet, network)
+	}
+	v1 := n1.vxlan("flannel.1", eth1, under1, mac1, "10.244.3.0/32")
+	v2 := n2.vxlan("flannel.1", eth2, "192.0.2.12", mac2, "10.244.5.0/32")
+	n1.vtepTo(v1, subnetD, "10.244.5.0", mac2, "192.0.2.12")
+	n2.vtepTo(v2, subnetA, "10.244.3.0", mac1, under1)
+	p1 := n1.addPod(br, runPrefix+"p1", "10.244.3.2/24", "10.244.3.1")
+	p2 := n2.addPod(br, runPrefix+"p2", "10.244.5.2/24", "10.244.5.1")
+	reach(t, p2.testNode, "p2", p1.ip, p2.ip)
+
+	// The duplicate's delete, as flanneld on node-2 carries it out.
+	dst := toIPNet(netip.MustParsePrefix(subnetA))
+	require.NoError(t, n2.nl.NeighDel(&netlink.Neigh{LinkIndex: v2.Attrs().Index, State: netlink.NUD_PERMANENT, Type: syscall.RTN_UNICAST, IP: dst.IP}))
+	rt := &netlink.Route{LinkIndex: v2.Attrs().Index, Scope: netlink.SCOPE_UNIVERSE, Dst: dst, Gw: dst.IP}
+	rt.SetFlag(netlink.FLAG_ONLINK)
+	require.NoError(t, n2.nl.RouteDel(rt))
+	_, err := p2.dial(p1.ip)
+	require.Error(t, err, "p2 -> p1 once flanneld removed the duplicate's lease of A")
+
+	w2 := n2.want("node-2", subnetD, network)
+	w2.Backend, w2.Bridge = BackendVXLAN, br
+	w2.Peers = []Peer{{Name: "node-1", PodCIDR: netip.MustParsePrefix(subnetA), PublicIP: netip.MustParseAddr(under1), VTEPMAC: mac1}}
+	w2.PeersComplete = true
+	r, err := Audit(ctx, w2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"neighbour-missing neighbour 10.244.3.0", "route-missing route " + subnetA}, codes(r))
+	plan, err := NewPlan(r)
+	require.NoError(t, err)
+	res, err := Apply(ctx, w2, plan, ApplyOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, map[Status]int{StatusDone: 2}, statuses(res), "%v", res.Outcomes)
+	_, err = Verify(ctx, w2)
+	require.NoError(t, err)
+	assert.Contains(t, n2.state(), "neigh 10.244.3.0 lladdr "+mac1+" dev flannel.1")
+	reach(t, p2.testNode, "p2", p1.ip, p2.ip)
+}

@@ -116,6 +116,7 @@ func (p *pairProber) measure(f *seed001Fix, start time.Time, moved []string, old
 	f.window = map[string]time.Duration{}
 	for _, node := range moved {
 		var stop, back time.Time
+		var why string
 		for i := i0; i < len(rounds) && back.IsZero(); i++ {
 			r := rounds[i]
 			if stop.IsZero() {
@@ -129,7 +130,7 @@ func (p *pairProber) measure(f *seed001Fix, start time.Time, moved []string, old
 					_, target := r.node[pair[1]]
 					_, source := r.node[pair[0]]
 					if !target || (source && !r.ok[pair]) {
-						stop = r.at
+						stop, why = r.at, pair[0]+"->"+pair[1]
 					}
 				}
 				continue
@@ -147,7 +148,7 @@ func (p *pairProber) measure(f *seed001Fix, start time.Time, moved []string, old
 		}
 		if !stop.IsZero() && !back.IsZero() {
 			f.window[node] = back.Sub(stop)
-			f.spans = append(f.spans, fmt.Sprintf("%s: from +%s to +%s", node, stop.Sub(start).Round(10*time.Millisecond), back.Sub(start).Round(10*time.Millisecond)))
+			f.spans = append(f.spans, fmt.Sprintf("%s: from +%s (%s) to +%s", node, stop.Sub(start).Round(10*time.Millisecond), why, back.Sub(start).Round(10*time.Millisecond)))
 		}
 	}
 	for _, a := range unmoved {
