@@ -1184,6 +1184,7 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 	if err != nil {
 		return nil, err
 	}
+	all := slices.Clone(nodes)
 	nodes = slices.DeleteFunc(nodes, func(n flannel.Node) bool { return pending[n.Name] })
 	left := map[string]netip.Prefix{}
 	for _, h := range m.HostPlans() {
@@ -1217,6 +1218,14 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 		}
 		if backend == nodenet.BackendVXLAN {
 			w.VTEPMAC = flVTEPMAC(n)
+			// Every other node's FDB entry, a duplicate's too: flanneld
+			// deletes the wrong holder's at a shared subnet's removal and
+			// then stalls on the failing delete (nodenet.Want.FDB).
+			for _, o := range all {
+				if mac := flVTEPMAC(o); o.Name != n.Name && mac != "" && o.PublicIP.Is4() {
+					w.FDB = append(w.FDB, nodenet.FDBEntry{MAC: mac, Dst: o.PublicIP})
+				}
+			}
 		}
 		for _, p := range nodes {
 			if ppc, ok := flIPv4(p.PodCIDRs); ok && p.Name != n.Name {

@@ -2,6 +2,8 @@ package migrate_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -395,10 +397,30 @@ func TestFlannelHostWantsWhileADuplicateWaitsForItsMove(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nodes w1, w3 share podCIDR 10.244.1.0/24, and no fix plan says which keeps it")
 
+	for i, name := range []string{"w1", "w2", "w3"} {
+		n, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		n.Annotations["flannel.alpha.coreos.com/backend-data"] = fmt.Sprintf(`{"VNI":1,"VtepMAC":"6e:00:00:00:00:0%d"}`, i+1)
+		n.Annotations["flannel.alpha.coreos.com/public-ip"] = fmt.Sprintf("192.0.2.%d", i+1)
+		_, err = cs.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
 	_, err = (&migrate.Runner{Mode: migrate.ModePlan}).Run(t.Context(), m)
 	require.NoError(t, err)
 	wants, err := m.HostWants(t.Context())
 	require.NoError(t, err)
+	// w3 is no peer, but its VTEP's FDB entry is in every other want: a
+	// flanneld that lost it (it deletes the entry of the holder it cached
+	// last when another holder's lease goes) would stall on w3's removal.
+	for _, w := range wants {
+		var fdb []string
+		for _, e := range w.FDB {
+			fdb = append(fdb, e.MAC+" "+e.Dst.String())
+		}
+		all := map[string]string{"w1": "6e:00:00:00:00:01 192.0.2.1", "w2": "6e:00:00:00:00:02 192.0.2.2", "w3": "6e:00:00:00:00:03 192.0.2.3"}
+		delete(all, w.Node)
+		assert.ElementsMatch(t, slices.Collect(maps.Values(all)), fdb, "FDB entries in the want of %s", w.Node)
+	}
 	var names []string
 	for _, w := range wants {
 		names = append(names, w.Node)

@@ -32,6 +32,8 @@ type snapshot struct {
 	// destinations of its default (all-zeros MAC) FDB entries (vxlan).
 	neighbours  []neighbour
 	fdbDefaults []netip.Addr
+	// fdb are its FDB entries for a MAC (not the default ones).
+	fdb []FDBEntry
 	// chains maps "table/chain" to its rules; a missing chain is absent.
 	chains map[string][]Rule
 	// cniFile is the CNI config used ("" when none parses); cniBad lists the

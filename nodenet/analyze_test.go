@@ -382,9 +382,6 @@ func TestPlanValidate(t *testing.T) {
 		{"neighbour all zeros", "plan.actions[0].mac", func(p *Plan) {
 			p.Actions = []Action{standbyAction(ActionSetNeighbour, "flannel.1", "10.244.7.0", zeroMAC)}
 		}},
-		{"fdb for a MAC", "plan.actions[0].mac", func(p *Plan) {
-			p.Actions = []Action{standbyAction(ActionSetFDB, "flannel.1", "192.0.2.12", "6e:00:00:00:05:00")}
-		}},
 		{"fdb delete for a MAC", "plan.actions[0].mac", func(p *Plan) {
 			p.Actions = []Action{standbyAction(ActionDeleteFDB, "flannel.1", "192.0.2.12", "6e:00:00:00:05:00")}
 		}},

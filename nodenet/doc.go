@@ -90,6 +90,11 @@
 // entry that is already gone fails retries it with backoff for up to a
 // minute before it handles any other lease (seed 001 with several
 // duplicates: the next duplicate's new subnet is learned only after that).
+// flanneld keeps one lease per subnet, so the removal of a shared subnet's
+// lease also deletes the FDB entry of the holder it cached last, and that
+// holder's own removal then stalls on the failing delete. Want.FDB lists the
+// entries the VTEP must hold (every other node's VTEP MAC and address, a
+// duplicate's too); a missing one is fdb-missing, and Apply sets it.
 //
 // Audit reports the transition as transition-active (an error, so Verify
 // does not pass, with its teardown planned and deferred) and a missing part

@@ -443,7 +443,7 @@ func (h *host) snapshot() (*snapshot, error) {
 		if s.vtep, err = h.linkState(w.VTEP); err != nil {
 			return nil, err
 		}
-		if s.neighbours, s.fdbDefaults, err = h.standbyState(w.VTEP); err != nil {
+		if s.neighbours, s.fdbDefaults, s.fdb, err = h.standbyState(w.VTEP); err != nil {
 			return nil, err
 		}
 	}

@@ -64,7 +64,8 @@ const (
 	ActionSetNeighbour ActionKind = "set-neighbour"
 	// ActionSetFDB appends the VTEP's default FDB entry (MAC all zeros) to
 	// the peer address IP: the standby's path for frames whose MAC flanneld
-	// has just forgotten.
+	// has just forgotten. With a peer's MAC it sets that MAC's entry to IP
+	// (Want.FDB), as flanneld does.
 	ActionSetFDB ActionKind = "set-fdb"
 	// ActionDeleteFDB deletes the default FDB entry to IP once the peer
 	// lists no subnet it is leaving or has left.

@@ -53,6 +53,8 @@ const (
 	// delete of an entry already gone fails retries it with backoff for up
 	// to a minute, holding every later lease event back.
 	CodeNeighbourMissing Code = "neighbour-missing"
+	// CodeFDBMissing (vxlan): an entry of Want.FDB is not on the VTEP.
+	CodeFDBMissing Code = "fdb-missing"
 	// CodeReservationLeaked: a host-local reservation outside the podCIDR that
 	// no live pod holds.
 	CodeReservationLeaked Code = "reservation-leaked"

@@ -96,6 +96,13 @@ func (a *auditor) standby() {
 		return
 	}
 	vtep := a.w.VTEP
+	for _, e := range a.w.FDB {
+		if !slices.Contains(a.s.fdb, e) {
+			a.add(CodeFDBMissing, cidr.SeverityError, "fdb "+e.MAC+" dst "+e.Dst.String(),
+				fmt.Sprintf("no FDB entry sends frames for VTEP MAC %s to %s: flanneld would fail to delete it, and retry for about 50 s before it handles any other lease", e.MAC, e.Dst),
+				Action{Kind: ActionSetFDB, Link: vtep, IP: e.Dst, MAC: e.MAC, Why: fmt.Sprintf("bridge fdb replace %s dev %s dst %s self permanent", e.MAC, vtep, e.Dst)})
+		}
+	}
 	for _, p := range a.w.Peers {
 		// The neighbour entry of the peer's VTEP address, as flanneld sets
 		// it: the route to the peer's podCIDR goes through it. Not for a
@@ -138,7 +145,7 @@ func (a *auditor) standby() {
 
 // validateStandby checks a set-neighbour, set-fdb or delete-fdb: on the
 // VTEP, an IPv4 address outside the podCIDR, and an Ethernet MAC (the
-// all-zeros MAC for the FDB: nodenet only manages default entries).
+// all-zeros MAC to delete an FDB entry: nodenet only deletes default ones).
 func (p *Plan) validateStandby(a *Action, field string) error {
 	bad := func(f, value, reason string, args ...any) error {
 		return fieldErr(ErrInvalidPlan, "plan."+field+"."+f, value, reason, args...)
@@ -155,8 +162,8 @@ func (p *Plan) validateStandby(a *Action, field string) error {
 		return bad("mac", a.MAC, "must be an Ethernet MAC")
 	case a.Kind == ActionSetNeighbour && mac.String() == zeroMAC:
 		return bad("mac", a.MAC, "must be a VTEP's MAC, not all zeros")
-	case a.Kind != ActionSetNeighbour && mac.String() != zeroMAC:
-		return bad("mac", a.MAC, "must be %s: nodenet only manages the VTEP's default FDB entries", zeroMAC)
+	case a.Kind == ActionDeleteFDB && mac.String() != zeroMAC:
+		return bad("mac", a.MAC, "must be %s: nodenet only deletes the VTEP's default FDB entries", zeroMAC)
 	}
 	if len(a.Retires) > 0 {
 		return bad("retires", joinPrefixes(a.Retires), "must be empty: the standby takes no range away")

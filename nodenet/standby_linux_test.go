@@ -184,9 +184,10 @@ func mustAddr(t *testing.T, s string) *netlink.Addr {
 
 // TestDataplaneNeighbourOfAPeerRestored: node-1 keeps A while another node
 // that had registered with A (a duplicate) is deleted; node-2's flanneld
-// then deletes its route to A and the neighbour entry of A.0, as it does
-// for any removed lease, and p2 loses p1 (seed 001). A want listing node-1
-// with its VTEP MAC brings back both: p2 reaches p1 again. Without the
+// then deletes its route to A, the neighbour entry of A.0 and the FDB entry
+// of the holder it cached last (node-1), and p2 loses p1 (seed 001). A want
+// listing node-1 with its VTEP MAC, and its FDB entry, brings back all
+// three: p2 reaches p1 again. Without the
 // neighbour entry the route leads nowhere (and a later duplicate's delete
 // would find no entry to delete, which flanneld retries for up to a minute
 // before it handles any other lease).
@@ -213,29 +214,36 @@ func TestDataplaneNeighbourOfAPeerRestored(t *testing.T) {
 	p2 := n2.addPod(br, runPrefix+"p2", "10.244.5.2/24", "10.244.5.1")
 	reach(t, p2.testNode, "p2", p1.ip, p2.ip)
 
-	// The duplicate's delete, as flanneld on node-2 carries it out.
+	// The duplicate's delete, as flanneld on node-2 carries it out: it
+	// keeps one lease per subnet, node-1's here (the holder it learned
+	// last), so it deletes node-1's FDB entry too.
 	dst := toIPNet(netip.MustParsePrefix(subnetA))
 	require.NoError(t, n2.nl.NeighDel(&netlink.Neigh{LinkIndex: v2.Attrs().Index, State: netlink.NUD_PERMANENT, Type: syscall.RTN_UNICAST, IP: dst.IP}))
+	mac, err := net.ParseMAC(mac1)
+	require.NoError(t, err)
+	require.NoError(t, n2.nl.NeighDel(&netlink.Neigh{LinkIndex: v2.Attrs().Index, Family: syscall.AF_BRIDGE, Flags: netlink.NTF_SELF, IP: net.ParseIP(under1), HardwareAddr: mac}))
 	rt := &netlink.Route{LinkIndex: v2.Attrs().Index, Scope: netlink.SCOPE_UNIVERSE, Dst: dst, Gw: dst.IP}
 	rt.SetFlag(netlink.FLAG_ONLINK)
 	require.NoError(t, n2.nl.RouteDel(rt))
-	_, err := p2.dial(p1.ip)
+	_, err = p2.dial(p1.ip)
 	require.Error(t, err, "p2 -> p1 once flanneld removed the duplicate's lease of A")
 
 	w2 := n2.want("node-2", subnetD, network)
 	w2.Backend, w2.Bridge = BackendVXLAN, br
 	w2.Peers = []Peer{{Name: "node-1", PodCIDR: netip.MustParsePrefix(subnetA), PublicIP: netip.MustParseAddr(under1), VTEPMAC: mac1}}
 	w2.PeersComplete = true
+	w2.FDB = []FDBEntry{{MAC: mac1, Dst: netip.MustParseAddr(under1)}}
 	r, err := Audit(ctx, w2)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"neighbour-missing neighbour 10.244.3.0", "route-missing route " + subnetA}, codes(r))
+	assert.Equal(t, []string{"fdb-missing fdb " + mac1 + " dst " + under1, "neighbour-missing neighbour 10.244.3.0", "route-missing route " + subnetA}, codes(r))
 	plan, err := NewPlan(r)
 	require.NoError(t, err)
 	res, err := Apply(ctx, w2, plan, ApplyOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, map[Status]int{StatusDone: 2}, statuses(res), "%v", res.Outcomes)
+	assert.Equal(t, map[Status]int{StatusDone: 3}, statuses(res), "%v", res.Outcomes)
 	_, err = Verify(ctx, w2)
 	require.NoError(t, err)
 	assert.Contains(t, n2.state(), "neigh 10.244.3.0 lladdr "+mac1+" dev flannel.1")
+	assert.Contains(t, n2.state(), "fdb "+mac1+" dst "+under1+" dev flannel.1")
 	reach(t, p2.testNode, "p2", p1.ip, p2.ip)
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -88,6 +89,25 @@ type Want struct {
 	// IPTablesBackend forces IPTablesNFT or IPTablesLegacy; empty detects the
 	// backend of the iptables binary on PATH.
 	IPTablesBackend string `json:"iptablesBackend,omitempty"`
+	// FDB (vxlan) are FDB entries the VTEP must hold, as flanneld sets one
+	// for every lease it knows: frames for MAC go to Dst. A runbook lists
+	// every other node's VTEP, also those of nodes that still share a
+	// podCIDR and are not peers yet. flanneld keeps one lease per subnet,
+	// so the removal of a shared subnet's lease deletes the entry of
+	// whichever holder it cached last; at that holder's own removal the
+	// delete fails, and flanneld retries it for about 50 s, handling no
+	// other lease meanwhile. Missing entries are fdb-missing, and Apply sets
+	// them; nodenet deletes none.
+	FDB []FDBEntry `json:"fdb,omitempty"`
+}
+
+// FDBEntry is a VTEP FDB entry, as `bridge fdb replace MAC dev flannel.1 dst
+// Dst self permanent` sets it.
+type FDBEntry struct {
+	// MAC is a peer's VTEP MAC.
+	MAC string `json:"mac"`
+	// Dst is the peer's underlay address.
+	Dst netip.Addr `json:"dst"`
 }
 
 // Peer is another node.
@@ -291,6 +311,21 @@ func (w Want) normalize() (Want, error) {
 		}
 		if p.NextPodCIDR.IsValid() && w.Backend == BackendVXLAN && p.VTEPMAC == "" {
 			return bad(field+".VTEPMAC", "", "is required with NextPodCIDR %s: the standby route leads to %s, which must resolve to the peer's VTEP MAC", p.NextPodCIDR, p.NextPodCIDR.Addr())
+		}
+	}
+	w.FDB = slices.Clone(w.FDB)
+	for i, e := range w.FDB {
+		field := "FDB[" + strconv.Itoa(i) + "]"
+		if w.Backend != BackendVXLAN {
+			return bad(field+".MAC", e.MAC, "FDB entries are vxlan's; the backend is %s", w.Backend)
+		}
+		mac, err := net.ParseMAC(e.MAC)
+		if err != nil || len(mac) != 6 || mac.String() == zeroMAC {
+			return bad(field+".MAC", e.MAC, "must be an Ethernet MAC such as 6e:2b:1c:40:9a:01")
+		}
+		w.FDB[i].MAC = mac.String()
+		if !e.Dst.Is4() {
+			return bad(field+".Dst", addrString(e.Dst), "must be the peer's IPv4 underlay address")
 		}
 	}
 	if err := checkPods("Want.LivePods", w.LivePods); err != nil {

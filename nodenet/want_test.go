@@ -74,6 +74,12 @@ func TestWantNormalize(t *testing.T) {
 			w.Peers = []Peer{{Name: "b", PodCIDR: pfx("10.244.1.0/24"), PublicIP: netip.MustParseAddr("fd00::1")}}
 		},
 			ErrInvalidInput, "Want.Peers[0].PublicIP", `"fd00::1"`},
+		{"fdb MAC", func(w *Want) { w.FDB = []FDBEntry{{MAC: "nope", Dst: netip.MustParseAddr("192.0.2.12")}} }, ErrInvalidInput, "Want.FDB[0].MAC", `"nope"`},
+		{"fdb MAC all zeros", func(w *Want) { w.FDB = []FDBEntry{{MAC: "00:00:00:00:00:00", Dst: netip.MustParseAddr("192.0.2.12")}} }, ErrInvalidInput, "Want.FDB[0].MAC", `"00:00:00:00:00:00"`},
+		{"fdb IPv6", func(w *Want) { w.FDB = []FDBEntry{{MAC: "6e:00:00:00:02:00", Dst: netip.MustParseAddr("fd00::1")}} }, ErrInvalidInput, "Want.FDB[0].Dst", `"fd00::1"`},
+		{"fdb with host-gw", func(w *Want) {
+			w.Backend, w.FDB = BackendHostGW, []FDBEntry{{MAC: "6e:00:00:00:02:00", Dst: netip.MustParseAddr("192.0.2.12")}}
+		}, ErrInvalidInput, "Want.FDB[0].MAC", "vxlan's"},
 		{"pod without IP or ID", func(w *Want) { w.LivePods = []Pod{{Name: "x"}} }, ErrInvalidInput, "Want.LivePods[0]", `"x"`},
 		{"pod IPv6", func(w *Want) { w.LivePods = []Pod{{IP: netip.MustParseAddr("fd00::1")}} }, ErrInvalidInput, "Want.LivePods[0].IP", `"fd00::1"`},
 		{"pod ID", func(w *Want) { w.LivePods = []Pod{{ContainerID: "../x"}} }, ErrInvalidInput, "Want.LivePods[0].ContainerID", `"../x"`},
