@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,4 +78,29 @@ func TestNodenetAgentManifestAndRBAC(t *testing.T) {
 	_, err = asAgent.CoreV1().Nodes().Patch(ctx, "agent-w1", types.MergePatchType, patch, metav1.PatchOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "forbidden")
+
+	// Requests published at once for one node (nodes moving together) each
+	// get a generation of their own: kube-apiserver refuses a merge patch
+	// whose resourceVersion is stale, and Publish reads again.
+	const n = 8
+	gens := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			w := nodenet.Want{Node: "agent-w1", PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(10 + i), 0}), 24)}
+			gens[i], errs[i] = h.Publish(ctx, w)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []int64{2, 3, 4, 5, 6, 7, 8, 9}, slices.Sorted(slices.Values(gens)), "one generation per request after the tampered one")
+	node, err := admin.CoreV1().Nodes().Get(ctx, "agent-w1", metav1.GetOptions{})
+	require.NoError(t, err)
+	var last migrate.HostRequest
+	require.NoError(t, json.Unmarshal([]byte(node.Annotations[migrate.HostWantAnnotation]), &last))
+	assert.Equal(t, int64(9), last.Generation)
+	assert.Equal(t, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(10 + slices.Index(gens, 9)), 0}), 24), last.Want.PodCIDR)
 }

@@ -135,62 +135,97 @@ func (h *HostAgents) Present(ctx context.Context, node string) (bool, error) {
 	return h.Now().Sub(l.Spec.RenewTime.Time) <= h.Fresh, nil
 }
 
-// Apply publishes want for its node, unless the same want is published
-// already and did not fail, and waits until the node's agent reports on it. It returns the
-// agent's status when it converged or deferred; a failed report or no
-// report within Timeout is an error (ErrHostAgent) that names the node.
+// Apply publishes want for its node (Publish) and waits until the node's
+// agent reports on it (Wait). It returns the agent's status when it
+// converged or deferred; a failed report or no report within Timeout is an
+// error (ErrHostAgent) that names the node.
 func (h *HostAgents) Apply(ctx context.Context, want nodenet.Want) (*HostStatus, error) {
-	h.defaults()
-	node, err := h.Kube.CoreV1().Nodes().Get(ctx, want.Node, metav1.GetOptions{})
+	gen, err := h.Publish(ctx, want)
 	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", want.Node, err)
+		return nil, err
 	}
-	var cur HostRequest
-	if v, ok := node.Annotations[HostWantAnnotation]; ok {
-		if err := json.Unmarshal([]byte(v), &cur); err != nil {
-			cur = HostRequest{} // unreadable: replaced by a new request
+	return h.Wait(ctx, want.Node, gen)
+}
+
+// Publish publishes want for its node as a new generation, unless the same
+// want is published already and did not fail, and returns the generation
+// to Wait for. The write is conditional on the Node's resourceVersion, so
+// requests published at once for one node (by goroutines, or by two
+// runbooks) each get a generation of their own; one that lost the race is
+// published again on top of the winner.
+func (h *HostAgents) Publish(ctx context.Context, want nodenet.Want) (int64, error) {
+	h.defaults()
+	var lastErr error
+	for range 10 {
+		node, err := h.Kube.CoreV1().Nodes().Get(ctx, want.Node, metav1.GetOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("node %s: %w", want.Node, err)
 		}
-	}
-	gen := cur.Generation
-	retry := false
-	if gen != 0 && sameWant(cur.Want, want) {
-		// A failed request is asked again: a rerun of the runbook retries.
-		st, err := h.Status(ctx, want.Node)
-		retry = err == nil && st != nil && st.Generation == gen && st.Phase == HostFailed
-	}
-	if !sameWant(cur.Want, want) || gen == 0 || retry {
+		var cur HostRequest
+		if v, ok := node.Annotations[HostWantAnnotation]; ok {
+			if err := json.Unmarshal([]byte(v), &cur); err != nil {
+				cur = HostRequest{} // unreadable: replaced by a new request
+			}
+		}
+		gen := cur.Generation
+		if gen != 0 && sameWant(cur.Want, want) {
+			// A failed request is asked again: a rerun of the runbook retries.
+			st, err := h.Status(ctx, want.Node)
+			if !(err == nil && st != nil && st.Generation == gen && st.Phase == HostFailed) {
+				return gen, nil
+			}
+		}
 		gen++
 		req, err := json.Marshal(HostRequest{Generation: gen, Want: want})
 		if err != nil {
-			return nil, fmt.Errorf("encoding the host request of node %s: %w", want.Node, err)
+			return 0, fmt.Errorf("encoding the host request of node %s: %w", want.Node, err)
 		}
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{HostWantAnnotation: string(req)}}})
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": node.ResourceVersion,
+			"annotations":     map[string]string{HostWantAnnotation: string(req)},
+		}})
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		if _, err := h.Kube.CoreV1().Nodes().Patch(ctx, want.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return nil, fmt.Errorf("node %s: publishing the host request: %w", want.Node, err)
+		_, err = h.Kube.CoreV1().Nodes().Patch(ctx, want.Node, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			logr.FromContextOrDiscard(ctx).V(1).Info("host request published", "node", want.Node, "generation", gen)
+			return gen, nil
 		}
-		logr.FromContextOrDiscard(ctx).V(1).Info("host request published", "node", want.Node, "generation", gen)
+		if !apierrors.IsConflict(err) {
+			return 0, fmt.Errorf("node %s: publishing the host request: %w", want.Node, err)
+		}
+		lastErr = err
 	}
+	return 0, fmt.Errorf("node %s: publishing the host request: the Node kept changing: %w", want.Node, lastErr)
+}
+
+// Wait waits until node's agent reports on generation gen, or on a later
+// one: a request published for the node after gen (computed from a later
+// reading of the cluster) supersedes it, and the agent may never carry gen
+// out. It returns the report when the agent converged or deferred; a failed
+// report or none within Timeout is an error (ErrHostAgent) that names the
+// node.
+func (h *HostAgents) Wait(ctx context.Context, node string, gen int64) (*HostStatus, error) {
+	h.defaults()
 	deadline := h.Now().Add(h.Timeout)
 	last := "no report"
 	for {
-		st, err := h.Status(ctx, want.Node)
+		st, err := h.Status(ctx, node)
 		switch {
 		case err != nil:
 			last = err.Error()
 		case st == nil:
 			last = "no report"
-		case st.Generation != gen:
+		case st.Generation < gen:
 			last = fmt.Sprintf("report for generation %d", st.Generation)
 		case st.Phase == HostFailed:
-			return st, fmt.Errorf("%w on node %s failed: %s", ErrHostAgent, want.Node, st.Error)
+			return st, fmt.Errorf("%w on node %s failed: %s", ErrHostAgent, node, st.Error)
 		default:
 			return st, nil
 		}
 		if !h.Now().Before(deadline) {
-			return nil, fmt.Errorf("%w on node %s: no report on generation %d within %s (%s); is the agent running there?", ErrHostAgent, want.Node, gen, h.Timeout, last)
+			return nil, fmt.Errorf("%w on node %s: no report on generation %d within %s (%s); is the agent running there?", ErrHostAgent, node, gen, h.Timeout, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -252,7 +287,24 @@ type Agent struct {
 	Interval time.Duration
 	// LeaseDuration is written on the Lease (default 40s).
 	LeaseDuration time.Duration
+	// Rounds is how many rounds of audit, apply and verify a request gets
+	// before the agent reports it failed (default 5; the waits between
+	// them double from 250ms, 3.75s in all).
+	Rounds int
+
+	host hostCalls // nodenet's, but in tests
 }
+
+// hostCalls are the nodenet calls of an agent's round.
+type hostCalls struct {
+	audit  func(context.Context, nodenet.Want) (*nodenet.Report, error)
+	apply  func(context.Context, nodenet.Want, *nodenet.Plan, nodenet.ApplyOptions) (*nodenet.Result, error)
+	verify func(context.Context, nodenet.Want) (*nodenet.Report, error)
+}
+
+// roundBackoff is the wait after an agent's first round that did not
+// converge.
+const roundBackoff = 250 * time.Millisecond
 
 func (a *Agent) defaults() error {
 	if a.Kube == nil {
@@ -272,6 +324,12 @@ func (a *Agent) defaults() error {
 	}
 	if a.LeaseDuration <= 0 {
 		a.LeaseDuration = 40 * time.Second
+	}
+	if a.Rounds <= 0 {
+		a.Rounds = 5
+	}
+	if a.host.audit == nil {
+		a.host = hostCalls{nodenet.Audit, nodenet.Apply, nodenet.Verify}
 	}
 	return nil
 }
@@ -421,54 +479,73 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 		return fail(fmt.Errorf("listing the pods of node %s: %w", a.Node, err))
 	}
 	want.LivePods, want.LivePodsComplete = livePods(pods.Items), true
-	rep, err := nodenet.Audit(ctx, want)
-	if err != nil {
-		return fail(err)
-	}
-	plan, err := nodenet.NewPlan(rep)
-	if err != nil {
-		return fail(err)
-	}
-	res, err := nodenet.Apply(ctx, want, plan, nodenet.ApplyOptions{LivePods: want.LivePods})
-	if res != nil {
-		for _, o := range res.Outcomes {
-			st.Actions = append(st.Actions, o.String())
+	// Rounds of audit, apply and verify until the host converges: flanneld
+	// may undo an action meanwhile (it deletes the route and neighbour
+	// entry of a shared subnet at each holder's removal, retrying a delete
+	// that found nothing for tens of seconds, so it can remove what this
+	// round put back), and the next round puts it back again.
+	wait := roundBackoff
+	for round := 1; ; round++ {
+		rep, err := a.host.audit(ctx, want)
+		if err != nil {
+			return fail(err)
 		}
-		for _, o := range res.Deferred() {
-			st.Deferred = append(st.Deferred, o.String())
+		plan, err := nodenet.NewPlan(rep)
+		if err != nil {
+			return fail(err)
 		}
-	}
-	if err != nil {
-		return fail(err)
-	}
-	_, verr := nodenet.Verify(ctx, want)
-	var nc *nodenet.NotConvergedError
-	switch {
-	case verr == nil:
-		st.Phase = HostConverged
-	case errors.As(verr, &nc) && (len(st.Deferred) > 0 || onlyDeferredLeft(ctx, want)):
-		// What is left waits for pods to leave an old range (this round's
-		// deferred actions, or the removal of rules this round added to
-		// keep their addresses): retried every round until they are gone.
-		st.Phase = HostDeferred
-		for _, f := range nc.Findings {
-			st.Findings = append(st.Findings, f.String())
+		res, err := a.host.apply(ctx, want, plan, nodenet.ApplyOptions{LivePods: want.LivePods})
+		st.Deferred = nil
+		if res != nil {
+			for _, o := range res.Outcomes {
+				line := o.String()
+				if round > 1 {
+					line = fmt.Sprintf("round %d: %s", round, line)
+				}
+				st.Actions = append(st.Actions, line)
+			}
+			for _, o := range res.Deferred() {
+				st.Deferred = append(st.Deferred, o.String())
+			}
 		}
-	default:
+		if err != nil {
+			return fail(err)
+		}
+		_, verr := a.host.verify(ctx, want)
+		var nc *nodenet.NotConvergedError
+		st.Findings = nil
 		if errors.As(verr, &nc) {
 			for _, f := range nc.Findings {
 				st.Findings = append(st.Findings, f.String())
 			}
 		}
-		return fail(verr)
+		switch {
+		case verr == nil:
+			st.Phase = HostConverged
+			return st
+		case nc != nil && (len(st.Deferred) > 0 || a.onlyDeferredLeft(ctx, want)):
+			// What is left waits for pods to leave an old range (this
+			// round's deferred actions, or the removal of rules this round
+			// added to keep their addresses): retried every Interval until
+			// they are gone.
+			st.Phase = HostDeferred
+			return st
+		case nc == nil || round >= a.Rounds:
+			return fail(verr)
+		}
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(wait):
+		}
+		wait *= 2
 	}
-	return st
 }
 
 // onlyDeferredLeft reports whether a fresh plan for want holds actions and
 // every one of them is deferred.
-func onlyDeferredLeft(ctx context.Context, want nodenet.Want) bool {
-	rep, err := nodenet.Audit(ctx, want)
+func (a *Agent) onlyDeferredLeft(ctx context.Context, want nodenet.Want) bool {
+	rep, err := a.host.audit(ctx, want)
 	if err != nil {
 		return false
 	}

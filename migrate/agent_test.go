@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access/accesstest"
 	"github.com/cidrshift/cidrshift/nodenet"
 )
@@ -248,4 +249,54 @@ func TestAgentRunWakesOnARequest(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the request is answered without waiting for the hour")
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// hostFlaky plays a host on which another actor (flanneld) undoes the
+// route an agent round puts back: Verify finds it missing in the first
+// `undone` rounds.
+type hostFlaky struct {
+	undone, rounds int
+}
+
+func (h *hostFlaky) calls() hostCalls {
+	return hostCalls{
+		audit: func(_ context.Context, w nodenet.Want) (*nodenet.Report, error) {
+			return &nodenet.Report{Node: w.Node, PodCIDR: w.PodCIDR, Network: w.Network, Bridge: "cni0", ReservationDir: "/var/lib/cni/networks/cbr0", SubnetEnvFile: "/run/flannel/subnet.env"}, nil
+		},
+		apply: func(_ context.Context, w nodenet.Want, _ *nodenet.Plan, _ nodenet.ApplyOptions) (*nodenet.Result, error) {
+			h.rounds++
+			return &nodenet.Result{Node: w.Node, Outcomes: []nodenet.Outcome{{Index: 0, Kind: nodenet.ActionSetRoute, Object: "route 10.244.2.0/24", Status: nodenet.StatusDone}}}, nil
+		},
+		verify: func(_ context.Context, w nodenet.Want) (*nodenet.Report, error) {
+			if h.rounds <= h.undone {
+				return nil, &nodenet.NotConvergedError{Node: w.Node, Findings: []nodenet.Finding{{Severity: cidr.SeverityError, Code: nodenet.CodeRouteMissing, Object: "route 10.244.2.0/24"}}}
+			}
+			return &nodenet.Report{Node: w.Node}, nil
+		},
+	}
+}
+
+// An agent whose round is undone meanwhile (flanneld deleting a shared
+// subnet's route after the agent put it back) does the round again, and
+// reports converged with every round's actions; it reports failed, with
+// the findings left, only after its last round.
+func TestAgentRoundsUntilTheHostConverges(t *testing.T) {
+	req := HostRequest{Generation: 1, Want: agentWant("w1")}
+	h := &hostFlaky{undone: 2}
+	a := &Agent{Kube: fake.NewClientset(agentNode("w1")), Node: "w1", Rounds: 3, host: h.calls()}
+	st, err := a.Carry(t.Context(), req)
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, st.Phase, "%+v", st)
+	assert.Equal(t, 3, h.rounds)
+	assert.Equal(t, []string{"#0 set-route route 10.244.2.0/24: done", "round 2: #0 set-route route 10.244.2.0/24: done", "round 3: #0 set-route route 10.244.2.0/24: done"}, st.Actions)
+	assert.Empty(t, st.Findings)
+
+	h = &hostFlaky{undone: 2}
+	a = &Agent{Kube: fake.NewClientset(agentNode("w1")), Node: "w1", Rounds: 2, host: h.calls()}
+	st, err = a.Carry(t.Context(), req)
+	require.NoError(t, err)
+	assert.Equal(t, 2, h.rounds)
+	assert.Equal(t, HostFailed, st.Phase)
+	assert.Contains(t, st.Error, "route-missing (route 10.244.2.0/24)")
+	assert.Equal(t, []string{"error route-missing route 10.244.2.0/24: "}, st.Findings)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -205,6 +206,15 @@ type FlannelPodCIDRMigration struct {
 	mu     sync.Mutex
 	manual []string // bare pods left for a person
 	notes  []string // what the make-before-break hooks did, for the step report
+	// standby maps a node about to be deleted for its move to the IPv4
+	// podCIDR it moves to (mbbStandby): HostWants lists it as the node's
+	// NextPodCIDR in the other nodes' wants until the node holds it.
+	standby map[string]netip.Prefix
+
+	// pubMu orders the publications to the agents: wants are computed
+	// and published under it, so a want computed from an earlier reading
+	// of the cluster never replaces a later one (nodes moving at once).
+	pubMu sync.Mutex
 }
 
 // FlannelPodCIDR returns the migration for o, checking the options that
@@ -692,6 +702,7 @@ func (m *FlannelPodCIDRMigration) nodePlan(ctx context.Context, dst **nodecidr.P
 	if err != nil {
 		return err
 	}
+	sharedTogether(p)
 	*dst = p
 	if m.mode == ModeApply && len(p.Steps) > 0 {
 		return m.j.Put(key, p)
@@ -712,6 +723,11 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 	for _, w := range p.Warnings {
 		sr.Addf("warning: %s", w)
 	}
+	conc := 1
+	for _, g := range sharedGroups(p) {
+		sr.Addf("%s leave podCIDR %s, which they share: they move together", strings.Join(g.nodes, ", "), g.subnet)
+		conc = max(conc, len(g.nodes))
+	}
 	if m.mode == ModePlan {
 		if m.o.MakeBeforeBreak {
 			sr.Addf("each node then (make-before-break): restart its flannel pod, have every node's host agent keep its old subnet reachable, evict its pods holding old addresses one at a time (PodDisruptionBudgets respected), wait until it is Ready and its pods run, then have the agents tear the transition down")
@@ -721,7 +737,7 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 		return nil
 	}
 	opts := nodecidr.ApplyOptions{
-		Concurrency:  1,
+		Concurrency:  conc,
 		Hooks:        m.hooks(),
 		BeforeDelete: m.beforeDelete(p),
 		Note:         "migrate-flannel-podcidr " + sub,
@@ -750,6 +766,76 @@ func (m *FlannelPodCIDRMigration) moveNodes(ctx context.Context, env *Env, sr *S
 	m.manual, m.notes = nil, nil
 	m.mu.Unlock()
 	return err
+}
+
+// sharedGroup is the nodes of a plan that leave one IPv4 podCIDR they
+// share (duplicates the fix plan moves).
+type sharedGroup struct {
+	subnet netip.Prefix
+	nodes  []string
+}
+
+// sharedGroups returns p's groups of two or more worker steps leaving one
+// IPv4 podCIDR, in the order of their first step.
+func sharedGroups(p *nodecidr.Plan) []sharedGroup {
+	var out []sharedGroup
+	for _, st := range p.Steps {
+		old, ok := stepOldIPv4(st)
+		if !ok || st.ControlPlane {
+			continue
+		}
+		i := slices.IndexFunc(out, func(g sharedGroup) bool { return g.subnet == old })
+		if i < 0 {
+			out = append(out, sharedGroup{subnet: old})
+			i = len(out) - 1
+		}
+		out[i].nodes = append(out[i].nodes, st.Node)
+	}
+	return slices.DeleteFunc(out, func(g sharedGroup) bool { return len(g.nodes) < 2 })
+}
+
+func stepOldIPv4(st nodecidr.Step) (netip.Prefix, bool) {
+	for _, c := range st.OldPodCIDRs {
+		if o, _, err := cidr.ParseLenient(c); err == nil && o.Addr().Is4() {
+			return o, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// sharedTogether orders p's worker steps so that the nodes leaving one
+// shared IPv4 podCIDR are next to each other, at the place of the first of
+// them; moveNodes then moves as many nodes at once as the largest group
+// holds. The duplicates of a subnet move together because until the last of
+// them has moved, its pods answer few nodes: every other node routes the
+// subnet to one holder only (whichever its flanneld learned last, then the
+// node the fix plan keeps), and the first duplicate's delete takes that
+// route away. Control-plane steps stay last, one at a time (nodecidr).
+func sharedTogether(p *nodecidr.Plan) {
+	groups := sharedGroups(p)
+	if len(groups) == 0 {
+		return
+	}
+	rank := map[string]int{} // a step's position: its group's first member's
+	for i, st := range p.Steps {
+		rank[st.Node] = i
+		if old, ok := stepOldIPv4(st); ok && !st.ControlPlane {
+			for _, g := range groups {
+				if g.subnet == old {
+					rank[st.Node] = slices.IndexFunc(p.Steps, func(s nodecidr.Step) bool { return s.Node == g.nodes[0] })
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(p.Steps, func(a, b nodecidr.Step) int {
+		if a.ControlPlane != b.ControlPlane {
+			if a.ControlPlane {
+				return 1
+			}
+			return -1
+		}
+		return rank[a.Node] - rank[b.Node]
+	})
 }
 
 func flListOrNone(s []string) string {
@@ -1194,6 +1280,9 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	standby := maps.Clone(m.standby)
+	m.mu.Unlock()
 	backend := nodenet.BackendVXLAN
 	if m.nc != nil && m.nc.Config != nil && m.nc.Config.BackendType == nodenet.BackendHostGW {
 		backend = nodenet.BackendHostGW
@@ -1232,6 +1321,9 @@ func (m *FlannelPodCIDRMigration) HostWants(ctx context.Context) ([]nodenet.Want
 				peer := nodenet.Peer{Name: p.Name, PodCIDR: ppc, OldPodCIDRs: slices.Clone(held[p.Name]), PublicIP: p.PublicIP}
 				if backend == nodenet.BackendVXLAN {
 					peer.VTEPMAC = flVTEPMAC(p)
+				}
+				if next, ok := standby[p.Name]; ok && next != ppc {
+					peer.NextPodCIDR = next
 				}
 				w.Peers = append(w.Peers, peer)
 			}
@@ -1331,28 +1423,16 @@ func flIPv4(ps []netip.Prefix) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-// agentOnMovedNode is the hook that has a moved node's agent fix its host
-// once the node's pods were restarted; a node without an agent is left to
-// the health check (and the printed host steps).
+// agentOnMovedNode is the hook that has the agents fix the hosts once a
+// moved node's pods were restarted: every node's want is published (the
+// moved node's host, and every other node's routes, neighbour and FDB
+// entries for its new subnet); a node without an agent is left to the
+// health check (and the printed host steps).
 func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *corev1.Node) error {
 	if m.agents == nil || m.mode != ModeApply {
 		return nil
 	}
-	present, err := m.agents.Present(ctx, node.Name)
-	if err != nil || !present {
-		return err
-	}
-	wants, err := m.HostWants(ctx)
-	if err != nil {
-		return err
-	}
-	for _, w := range wants {
-		if w.Node == node.Name {
-			_, err := m.agents.Apply(ctx, w)
-			return err
-		}
-	}
-	return nil
+	return m.publishWants(ctx, "after node "+node.Name+" moved", m.HostWants)
 }
 
 // agentsCleanup hands every node's want to its agent. It returns the nodes

@@ -21,6 +21,13 @@ import (
 // agentsOn answers, as a converged agent would, every request published on
 // the named nodes, and counts the requests per node.
 func agentsOn(kube kubernetes.Interface, nodes ...string) (got func() map[string][]migrate.HostRequest, stop func()) {
+	return gatedAgentsOn(kube, nil, nodes...)
+}
+
+// gatedAgentsOn is agentsOn whose agent on a node reports on a request only
+// while open(node) is true (open nil: always); meanwhile it renews its
+// Lease with its last report.
+func gatedAgentsOn(kube kubernetes.Interface, open func(node string) bool, nodes ...string) (got func() map[string][]migrate.HostRequest, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	seen := map[string][]migrate.HostRequest{}
@@ -31,9 +38,9 @@ func agentsOn(kube kubernetes.Interface, nodes ...string) (got func() map[string
 			defer wg.Done()
 			leases := kube.CoordinationV1().Leases(migrate.DefaultAgentNamespace)
 			last := int64(-1)
+			var gen int64 // the generation reported
 			for ctx.Err() == nil {
-				var gen int64
-				if n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+				if n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && (open == nil || open(node)) {
 					var req migrate.HostRequest
 					if v, ok := n.Annotations[migrate.HostWantAnnotation]; ok && json.Unmarshal([]byte(v), &req) == nil {
 						gen = req.Generation

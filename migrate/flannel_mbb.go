@@ -149,7 +149,9 @@ func (m *FlannelPodCIDRMigration) beforeDelete(p *nodecidr.Plan) []nodecidr.Hook
 // stay reachable while flanneld there forgets the subnet at the delete and
 // learns the new one at the re-creation. The node's own want is not
 // published: a changed one would change the Node the delete is conditional
-// on, and cost a re-read.
+// on, and cost a re-read. The NextPodCIDR stays in every want published
+// until the node holds it (m.standby), so the wants published for a node
+// moving at the same time keep the standby.
 func (m *FlannelPodCIDRMigration) mbbStandby(ctx context.Context, p *nodecidr.Plan, node *corev1.Node) error {
 	if m.agents == nil || m.mode != ModeApply {
 		return nil
@@ -169,35 +171,44 @@ func (m *FlannelPodCIDRMigration) mbbStandby(ctx context.Context, p *nodecidr.Pl
 	if !next.IsValid() {
 		return nil
 	}
-	wants, err := m.HostWants(ctx)
-	if err != nil {
-		return err
+	m.mu.Lock()
+	if m.standby == nil {
+		m.standby = map[string]netip.Prefix{}
 	}
-	if !slices.ContainsFunc(wants, func(w nodenet.Want) bool { return w.Node == node.Name }) {
-		// A duplicate (or a node without a podCIDR): the subnet it leaves
-		// is another node's, which keeps its routes.
-		m.note(fmt.Sprintf("node %s: no standby before its delete: the subnet it leaves stays another node's", node.Name))
-		return nil
-	}
-	peers := wants[:0]
-	for _, w := range wants {
-		if w.Node == node.Name {
-			continue
+	m.standby[node.Name] = next
+	m.mu.Unlock()
+	return m.publishWants(ctx, "before node "+node.Name+" moves to "+next.String(), func(ctx context.Context) ([]nodenet.Want, error) {
+		wants, err := m.HostWants(ctx)
+		if err != nil {
+			return nil, err
 		}
-		for i := range w.Peers {
-			p := &w.Peers[i]
-			if p.Name != node.Name || p.PodCIDR == next {
+		if !slices.ContainsFunc(wants, func(w nodenet.Want) bool { return w.Node == node.Name }) {
+			// A duplicate (or a node without a podCIDR): the subnet it
+			// leaves is another node's, which keeps its routes.
+			m.noStandby(node.Name, "the subnet it leaves stays another node's")
+			return nil, nil
+		}
+		peers := wants[:0]
+		for _, w := range wants {
+			if w.Node == node.Name {
 				continue
 			}
-			if w.Backend == nodenet.BackendVXLAN && p.VTEPMAC == "" {
-				m.note(fmt.Sprintf("node %s: no standby before its delete: its flannel annotation announces no VtepMAC", node.Name))
-				return nil
+			if w.Backend == nodenet.BackendVXLAN && slices.ContainsFunc(w.Peers, func(p nodenet.Peer) bool { return p.Name == node.Name && p.VTEPMAC == "" }) {
+				m.noStandby(node.Name, "its flannel annotation announces no VtepMAC")
+				return nil, nil
 			}
-			p.NextPodCIDR = next
+			peers = append(peers, w)
 		}
-		peers = append(peers, w)
-	}
-	return m.publishWants(ctx, peers, "before node "+node.Name+" moves to "+next.String())
+		return peers, nil
+	})
+}
+
+// noStandby drops node's standby and notes why it has none.
+func (m *FlannelPodCIDRMigration) noStandby(node, why string) {
+	m.mu.Lock()
+	delete(m.standby, node)
+	m.mu.Unlock()
+	m.note(fmt.Sprintf("node %s: no standby before its delete: %s", node, why))
 }
 
 // mbbPublish publishes every node's want (HostWants) to its agent, all at
@@ -206,37 +217,54 @@ func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.N
 	if m.agents == nil || m.mode != ModeApply {
 		return nil
 	}
-	wants, err := m.HostWants(ctx)
-	if err != nil {
-		return err
-	}
-	return m.publishWants(ctx, wants, "after node "+node.Name+" moved")
+	return m.publishWants(ctx, "after node "+node.Name+" moved", m.HostWants)
 }
 
-// publishWants publishes wants to their agents, all at once, and waits for
-// their reports; when says when, for errors and the log. Nodes without a
-// running agent are named in the step report (mbbPreflight refused them at
-// the start).
-func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, wants []nodenet.Want, when string) error {
+// publishWants computes wants and publishes each to its agent, all at
+// once, then waits for their reports; when says when, for errors and the
+// log. Computing and publishing hold pubMu, so that the wants of nodes
+// moving at once reach the agents in the order they were computed: an
+// agent carries out the last, and a wait for an earlier generation ends at
+// its report (HostAgents.Wait). Nodes without a running agent are named in
+// the step report (mbbPreflight refused them at the start).
+func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, when string, compute func(context.Context) ([]nodenet.Want, error)) error {
 	m.agents.defaults() // once, before the goroutines read it
-	var wg sync.WaitGroup
+	m.pubMu.Lock()
+	wants, err := compute(ctx)
+	if err != nil {
+		m.pubMu.Unlock()
+		return err
+	}
+	gens := make([]int64, len(wants))
 	errs := make([]error, len(wants))
+	var wg sync.WaitGroup
 	for i, w := range wants {
-		present, err := m.agents.Present(ctx, w.Node)
-		if err != nil {
-			return err
-		}
-		if !present {
-			m.note(fmt.Sprintf("node %s: no host agent runs there; it keeps no route to the old subnets of moved nodes", w.Node))
+		wg.Go(func() {
+			present, err := m.agents.Present(ctx, w.Node)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !present:
+				m.note(fmt.Sprintf("node %s: no host agent runs there; it gets no want", w.Node))
+			default:
+				gens[i], errs[i] = m.agents.Publish(ctx, w)
+			}
+		})
+	}
+	wg.Wait()
+	m.pubMu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%s: %w", when, err)
+	}
+	for i, w := range wants {
+		if gens[i] == 0 {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := m.agents.Apply(ctx, w); err != nil {
+		wg.Go(func() {
+			if _, err := m.agents.Wait(ctx, w.Node, gens[i]); err != nil {
 				errs[i] = fmt.Errorf("%s: %w", when, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -28,17 +28,23 @@ const flNetConf = `{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`
 
 // flCluster: w1 and w3 share 10.244.1.0/24 (w1 older), w4 has no podCIDR.
 func flCluster(netConf string) *fake.Clientset {
-	cs, _ := nodecidrtest.New([]runtime.Object{
-		&corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName, Namespace: flannel.DefaultNetConfNamespace, ResourceVersion: "1"},
-			Data:       map[string]string{flannel.NetConfKey: netConf},
-		},
+	cs, _ := flClusterOf(netConf,
 		flNode("w1", "10.244.1.0/24", 0),
 		flNode("w2", "10.244.2.0/24", 0),
 		flNode("w3", "10.244.1.0/24", 3600),
 		flNode("w4", "", 3600),
-	}...)
+	)
 	return cs
+}
+
+// flClusterOf is a cluster of nodes whose flannel ConfigMap holds netConf.
+func flClusterOf(netConf string, nodes ...runtime.Object) (*fake.Clientset, *nodecidrtest.Server) {
+	return nodecidrtest.New(append([]runtime.Object{
+		&corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName, Namespace: flannel.DefaultNetConfNamespace, ResourceVersion: "1"},
+			Data:       map[string]string{flannel.NetConfKey: netConf},
+		},
+	}, nodes...)...)
 }
 
 func flOptions(cs *fake.Clientset) migrate.FlannelPodCIDROptions {
