@@ -56,6 +56,13 @@ type mbbKubelet struct {
 	dsSeen        bool
 	rolls         int
 
+	// cni serialises the CNI calls on one node (its kubelet's), not
+	// across nodes; restarting marks a node whose flanneld a goroutine
+	// restarts (the node's own flannel pod, independent of the others').
+	cni        map[string]*sync.Mutex
+	restarting map[string]bool
+	rolling    bool
+
 	mu       sync.Mutex
 	web      []*Pod // the Service's backends now
 	seq      int
@@ -130,9 +137,9 @@ func (k *mbbKubelet) replace(ctx context.Context, old *Pod, uid string) {
 	}
 	time.Sleep(k.grace)
 	node := old.Node
-	k.mu.Lock()
+	k.cni[node.Name].Lock()
 	err = node.DelPod(ctx, old)
-	k.mu.Unlock()
+	k.cni[node.Name].Unlock()
 	if err != nil {
 		k.fail("CNI DEL %s: %v", old.Name, err)
 	}
@@ -145,9 +152,9 @@ func (k *mbbKubelet) replace(ctx context.Context, old *Pod, uid string) {
 	var p *Pod
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		k.mu.Lock()
+		k.cni[node.Name].Lock()
 		p, err = node.AddPod(ctx, name)
-		k.mu.Unlock()
+		k.cni[node.Name].Unlock()
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -183,12 +190,20 @@ func (k *mbbKubelet) settled(ctx context.Context) bool {
 	return !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 }
 
-// run is the kubelets' and controllers' loop.
+// run is the kubelets' and controllers' loop. What a node's kubelet or
+// flannel pod does runs in goroutines of its own, so one node's work never
+// holds up another's: a flanneld restart, a pod's end and replacement (CNI
+// calls serialised per node), the DaemonSet's roll.
 func (k *mbbKubelet) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	k.mu.Lock()
 	k.replacing = map[*Pod]bool{}
+	k.restarting = map[string]bool{}
+	k.cni = map[string]*sync.Mutex{}
+	for name := range k.nodes {
+		k.cni[name] = &sync.Mutex{}
+	}
 	k.mu.Unlock()
 	lastBeat := time.Time{}
 	for ctx.Err() == nil {
@@ -208,15 +223,26 @@ func (k *mbbKubelet) run(ctx context.Context) {
 		// flannel's DaemonSet: a node whose podCIDR changed gets a new flanneld.
 		for name, n := range k.nodes {
 			obj, err := k.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if !k.followPodCIDR || err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name] {
+			k.mu.Lock()
+			skip := !k.followPodCIDR || err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name] || k.restarting[name] || k.rolling
+			if !skip {
+				k.restarting[name] = true
+			}
+			k.mu.Unlock()
+			if skip {
 				continue
 			}
-			if err := n.RestartFlanneld(30 * time.Second); err != nil {
-				k.fail("flanneld on %s: %v", name, err)
-			}
-			k.flannel[name] = obj.Spec.PodCIDR
+			wg.Go(func() {
+				if err := n.RestartFlanneld(30 * time.Second); err != nil {
+					k.fail("flanneld on %s: %v", name, err)
+				}
+				k.mu.Lock()
+				k.flannel[name] = obj.Spec.PodCIDR
+				delete(k.restarting, name)
+				k.mu.Unlock()
+			})
 		}
-		k.rollFlannel(ctx)
+		k.rollFlannel(ctx, &wg)
 		pods, err := k.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err == nil {
 			for _, obj := range pods.Items {
@@ -256,28 +282,37 @@ func (k *mbbKubelet) run(ctx context.Context) {
 // rollFlannel plays the DaemonSet controller's rolling update of
 // kube-flannel-ds (when it exists): once its pod template's restart
 // annotations change (kubectl rollout restart, or the runbook's), flanneld
-// is restarted on every node, one at a time.
-func (k *mbbKubelet) rollFlannel(ctx context.Context) {
+// is restarted on every node, one at a time, in a goroutine of wg (once no
+// node's own restart is under way).
+func (k *mbbKubelet) rollFlannel(ctx context.Context, wg *sync.WaitGroup) {
 	ds, err := k.cs.AppsV1().DaemonSets(flannel.DefaultNetConfNamespace).Get(ctx, "kube-flannel-ds", metav1.GetOptions{})
 	if err != nil {
 		return
 	}
 	a := ds.Spec.Template.Annotations
 	at := a[migrate.FlannelRestartedAtAnnotation] + "|" + a["kubectl.kubernetes.io/restartedAt"]
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if !k.dsSeen || at == k.rolledAt {
 		k.dsSeen, k.rolledAt = true, at
 		return
 	}
-	names := slices.Sorted(maps.Keys(k.nodes))
-	for _, name := range names {
-		if err := k.nodes[name].RestartFlanneld(30 * time.Second); err != nil {
-			k.fail("flanneld on %s (DaemonSet roll): %v", name, err)
-		}
+	if k.rolling || len(k.restarting) > 0 {
+		return
 	}
-	k.mu.Lock()
-	k.rolledAt = at
-	k.rolls++
-	k.mu.Unlock()
+	k.rolling = true
+	wg.Go(func() {
+		for _, name := range slices.Sorted(maps.Keys(k.nodes)) {
+			if err := k.nodes[name].RestartFlanneld(30 * time.Second); err != nil {
+				k.fail("flanneld on %s (DaemonSet roll): %v", name, err)
+			}
+		}
+		k.mu.Lock()
+		k.rolledAt = at
+		k.rolls++
+		k.rolling = false
+		k.mu.Unlock()
+	})
 }
 
 // mbbRun is one migration's measurements.
@@ -491,9 +526,9 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	// the other nodes' routes to its old subnet go.
 	clientLeft := func() {
 		t.Helper()
-		k.mu.Lock()
+		k.cni[z.Name].Lock()
 		require.NoError(t, z.DelPod(ctx, client))
-		k.mu.Unlock()
+		k.cni[z.Name].Unlock()
 		require.NoError(t, cs.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, client.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 		wants, err := m.HostWants(ctx)
 		require.NoError(t, err)

@@ -343,6 +343,12 @@ func testSeed001Fix(t *testing.T, withRunbook bool) seed001Fix {
 		t.Logf("runbook output:\n%s", out)
 		require.NoError(t, err)
 		t.Logf("runbook done at +%s", time.Since(start).Round(10*time.Millisecond))
+		h := &migrate.HostAgents{Kube: cs}
+		for _, name := range slices.Sorted(maps.Keys(k.nodes)) {
+			if st, err := h.Status(ctx, name); err == nil && st != nil {
+				t.Logf("agent on %s: generation %d %s: %s", name, st.Generation, st.Phase, strings.Join(st.Actions, "; "))
+			}
+		}
 		// The runbook rolled the DaemonSet: wait for the roll.
 		require.Eventually(t, func() bool { k.mu.Lock(); defer k.mu.Unlock(); return k.rolls == 1 }, 90*time.Second, 200*time.Millisecond)
 	} else {
