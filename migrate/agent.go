@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -207,32 +210,104 @@ func (h *HostAgents) Publish(ctx context.Context, want nodenet.Want) (int64, err
 // report or none within Timeout is an error (ErrHostAgent) that names the
 // node.
 func (h *HostAgents) Wait(ctx context.Context, node string, gen int64) (*HostStatus, error) {
+	got, err := h.WaitAll(ctx, map[string]int64{node: gen})
+	return got[node], err
+}
+
+// WaitAll is Wait for many nodes at once (node -> generation), with one
+// watch on the agents' Leases rather than a poll per node: on a large
+// cluster, polling every node's Lease would exhaust the client's rate
+// limit. It returns the reports received; its error names every node whose
+// agent failed or did not report within Timeout.
+func (h *HostAgents) WaitAll(ctx context.Context, gens map[string]int64) (map[string]*HostStatus, error) {
 	h.defaults()
-	deadline := h.Now().Add(h.Timeout)
-	last := "no report"
-	for {
-		st, err := h.Status(ctx, node)
+	got := map[string]*HostStatus{}
+	last := map[string]string{}
+	var failed []error
+	pending := func() int { return len(gens) - len(got) - len(failed) }
+	seen := func(l *coordinationv1.Lease) {
+		node, ok := strings.CutPrefix(l.Name, AgentLeasePrefix)
+		gen, want := gens[node]
+		if !ok || !want || got[node] != nil || last[node] == "failed" {
+			return
+		}
+		st, err := leaseStatus(l)
 		switch {
 		case err != nil:
-			last = err.Error()
+			last[node] = err.Error()
 		case st == nil:
-			last = "no report"
+			last[node] = "no report"
 		case st.Generation < gen:
-			last = fmt.Sprintf("report for generation %d", st.Generation)
+			last[node] = fmt.Sprintf("report for generation %d", st.Generation)
 		case st.Phase == HostFailed:
-			return st, fmt.Errorf("%w on node %s failed: %s", ErrHostAgent, node, st.Error)
+			last[node] = "failed"
+			failed = append(failed, fmt.Errorf("%w on node %s failed: %s", ErrHostAgent, node, st.Error))
 		default:
-			return st, nil
-		}
-		if !h.Now().Before(deadline) {
-			return nil, fmt.Errorf("%w on node %s: no report on generation %d within %s (%s); is the agent running there?", ErrHostAgent, node, gen, h.Timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(h.PollInterval):
+			got[node] = st
 		}
 	}
+	for node := range gens {
+		last[node] = "no report"
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	leases := h.Kube.CoordinationV1().Leases(h.Namespace)
+	for pending() > 0 && ctx.Err() == nil {
+		// The watch first, then the list: what changes in between is in
+		// one or the other (a report seen twice counts once).
+		w, werr := leases.Watch(ctx, metav1.ListOptions{})
+		list, err := leases.List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for i := range list.Items {
+				seen(&list.Items[i])
+			}
+		}
+		if werr != nil || err != nil {
+			if w != nil {
+				w.Stop()
+			}
+			for node := range gens {
+				if got[node] == nil && last[node] != "failed" {
+					last[node] = "reading the agents' Leases: " + errors.Join(werr, err).Error()
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(h.PollInterval):
+			}
+			continue
+		}
+	events:
+		for pending() > 0 {
+			select {
+			case <-ctx.Done():
+				break events
+			case ev, ok := <-w.ResultChan():
+				if !ok { // closed (timeout, or the server ended it): watch again
+					select {
+					case <-ctx.Done():
+					case <-time.After(h.PollInterval):
+					}
+					break events
+				}
+				if l, isLease := ev.Object.(*coordinationv1.Lease); isLease {
+					seen(l)
+				}
+			}
+		}
+		w.Stop()
+	}
+	errs := failed
+	for _, node := range slices.Sorted(maps.Keys(gens)) {
+		if got[node] == nil && last[node] != "failed" {
+			if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				errs = append(errs, err)
+				break
+			}
+			errs = append(errs, fmt.Errorf("%w on node %s: no report on generation %d within %s (%s); is the agent running there?", ErrHostAgent, node, gens[node], h.Timeout, last[node]))
+		}
+	}
+	return got, errors.Join(errs...)
 }
 
 // Status reads the agent's last report for node; nil without one.

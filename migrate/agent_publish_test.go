@@ -166,3 +166,46 @@ func TestFlannelStandbyStaysInTheWantsUntilTheNodeMoved(t *testing.T) {
 	assert.Equal(t, next, p.PodCIDR)
 	assert.False(t, p.NextPodCIDR.IsValid(), "w2 holds its next podCIDR: no standby any more")
 }
+
+// WaitAll waits for many agents with one watch on their Leases, not a
+// poll per node (300 nodes polled every second would exceed the runbook's
+// client rate limit), and names every node that failed or did not report.
+func TestHostAgentsWaitAllWatchesOnceAndNamesEachNodeLeft(t *testing.T) {
+	cs, _ := nodecidrtest.New(agentNode("w1"), agentNode("w2"), agentNode("w3"), agentNode("w4"))
+	stop1 := fakeAgent(cs, "w1", HostConverged)
+	defer stop1()
+	stop2 := fakeAgent(cs, "w2", HostConverged)
+	defer stop2()
+	stop3 := fakeAgent(cs, "w3", HostFailed)
+	defer stop3()
+	h := &HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: time.Second}
+	gens := map[string]int64{}
+	for _, n := range []string{"w1", "w2", "w3", "w4"} {
+		gen, err := h.Publish(t.Context(), agentWant(n))
+		require.NoError(t, err)
+		gens[n] = gen
+	}
+	cs.ClearActions()
+	got, err := h.WaitAll(t.Context(), gens)
+	require.ErrorIs(t, err, ErrHostAgent)
+	assert.Contains(t, err.Error(), "node w3 failed: bridge cni0: permission denied")
+	assert.Contains(t, err.Error(), "node w4: no report on generation 1 within 1s (no report)")
+	assert.NotContains(t, err.Error(), "node w1")
+	assert.NotContains(t, err.Error(), "node w2")
+	require.Contains(t, got, "w1")
+	require.Contains(t, got, "w2")
+	assert.Equal(t, HostConverged, got["w1"].Phase)
+	assert.Equal(t, int64(1), got["w2"].Generation)
+	verbs := map[string]int{}
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource == "leases" && a.GetNamespace() == DefaultAgentNamespace {
+			verbs[a.GetVerb()]++
+		}
+	}
+	// The fake agents only update and create their Leases: every get,
+	// list and watch is WaitAll's.
+	assert.Zero(t, verbs["get"], "no poll of a Lease: %v", verbs)
+	assert.Positive(t, verbs["watch"], "one watch (again after a close)")
+	assert.Positive(t, verbs["list"])
+	assert.LessOrEqual(t, verbs["watch"], 3, "not a watch per node and poll: %v", verbs)
+}

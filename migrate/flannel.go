@@ -1435,30 +1435,48 @@ func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *co
 	return m.publishWants(ctx, "after node "+node.Name+" moved", m.HostWants)
 }
 
-// agentsCleanup hands every node's want to its agent. It returns the nodes
-// that have none.
+// agentsCleanup hands every node's want to its agent, all at once, and
+// waits for their reports. It returns the wants of the nodes that have no
+// agent.
 func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepReport) ([]nodenet.Want, error) {
-	wants, err := m.HostWants(ctx)
+	var without []nodenet.Want
+	gens := map[string]int64{}
+	wants, err := func() ([]nodenet.Want, error) {
+		m.pubMu.Lock()
+		defer m.pubMu.Unlock()
+		wants, err := m.HostWants(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range wants {
+			present, err := m.agents.Present(ctx, w.Node)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case !present:
+				without = append(without, w)
+			case m.mode != ModeApply:
+				sr.Addf("node %s: its host agent will make the host hold podCIDR %s in Network %s", w.Node, w.PodCIDR, w.Network)
+			default:
+				if gens[w.Node], err = m.agents.Publish(ctx, w); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return wants, nil
+	}()
+	if err != nil || len(gens) == 0 {
+		return without, err
+	}
+	got, err := m.agents.WaitAll(ctx, gens)
 	if err != nil {
 		return nil, err
 	}
-	var without []nodenet.Want
 	for _, w := range wants {
-		present, err := m.agents.Present(ctx, w.Node)
-		if err != nil {
-			return nil, err
-		}
-		if !present {
-			without = append(without, w)
+		st := got[w.Node]
+		if st == nil {
 			continue
-		}
-		if m.mode != ModeApply {
-			sr.Addf("node %s: its host agent will make the host hold podCIDR %s in Network %s", w.Node, w.PodCIDR, w.Network)
-			continue
-		}
-		st, err := m.agents.Apply(ctx, w)
-		if err != nil {
-			return nil, err
 		}
 		sr.Addf("node %s: host agent %s (generation %d, %d action(s))", w.Node, st.Phase, st.Generation, len(st.Actions))
 		for _, d := range st.Deferred {

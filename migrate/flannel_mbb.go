@@ -100,11 +100,14 @@ func (m *FlannelPodCIDRMigration) mbbPreflight(ctx context.Context) error {
 
 // agentPermissions are what publishing the wants to the agents needs: the
 // wants (computed from the nodes and their pods) go on the Nodes, the
-// agents report in their Leases, which live in the agents' namespace.
+// agents report in their Leases, which live in the agents' namespace (one
+// watch on them waits for all the reports).
 func (m *FlannelPodCIDRMigration) agentPermissions() []nodecidr.Permission {
 	m.agents.defaults()
 	return []nodecidr.Permission{{Verb: "list", Resource: "nodes"}, {Verb: "list", Resource: "pods"}, {Verb: "patch", Resource: "nodes"},
-		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace}}
+		{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace},
+		{Verb: "list", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace},
+		{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace}}
 }
 
 // mbbHooks are the per-node hooks of MakeBeforeBreak, after the flannel
@@ -256,19 +259,14 @@ func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, when string,
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s: %w", when, err)
 	}
+	wait := map[string]int64{}
 	for i, w := range wants {
-		if gens[i] == 0 {
-			continue
+		if gens[i] != 0 {
+			wait[w.Node] = gens[i]
 		}
-		wg.Go(func() {
-			if _, err := m.agents.Wait(ctx, w.Node, gens[i]); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", when, err)
-			}
-		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	if _, err := m.agents.WaitAll(ctx, wait); err != nil {
+		return fmt.Errorf("%s: %w", when, err)
 	}
 	var kept []string
 	for _, w := range wants {
