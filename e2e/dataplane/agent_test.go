@@ -87,14 +87,9 @@ func hostDump(t *testing.T, n *Node, when string) {
 func TestSeed001AgentFixesHost(t *testing.T) {
 	env := NewEnv(t)
 	agentBin := buildExample(t, "nodenet-agent")
-	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: "10.244.0.0/16"})
-	cs, err := cp.Client()
-	require.NoError(t, err)
+	cp, cs, flags := seed001Cluster(t, env)
 	ctx := t.Context()
 	network := netip.MustParsePrefix("10.244.0.0/16")
-
-	netConf := seed001NetConf(t, env, cs)
-	flags := []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + netConf}
 
 	nodes, cidrs := seed001Nodes(t, env, cs)
 	a, b, c, d := nodes["a"], nodes["b"], nodes["c"], nodes["d"]
@@ -102,15 +97,7 @@ func TestSeed001AgentFixesHost(t *testing.T) {
 	for _, n := range []*Node{a, b, c, d} {
 		require.NoError(t, n.StartFlanneld([]string{"NODE_NAME=" + n.Name}, 30*time.Second, flags...))
 	}
-	for _, pod := range []struct{ node, name string }{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}, {"c", "c1"}, {"d", "d1"}} {
-		_, err := nodes[pod.node].AddPod(ctx, pod.name)
-		require.NoError(t, err)
-	}
-	pods := allPods(a, b, c, d)
-	for _, p := range pods {
-		t.Logf("pod %s on %s: %s", p.Name, p.Node.Name, p.IP)
-		require.NoError(t, registerPod(ctx, cs, p))
-	}
+	pods := addSeed001Pods(t, cs, nodes)
 	c1 := c.Pods()[0]
 	m := checkUntil(t, pods, podTargets(pods), func(m *Matrix) bool { return m.BrokenExactly("b1", "c1") })
 	t.Logf("before the fix:\n%s", m)

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cidrshift/cidrshift/e2e/harness"
 	"github.com/cidrshift/cidrshift/flannel"
 )
 
@@ -246,6 +248,51 @@ func buildExample(t *testing.T, name string) string {
 func seed001NetConf(t *testing.T, env *Env, cs kubernetes.Interface) string {
 	t.Helper()
 	return netConfIn(t, env, cs, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`)
+}
+
+// seed001Cluster starts a control plane with cluster CIDR 10.244.0.0/16,
+// writes seed 001's flannel config (seed001NetConf) and returns the
+// cluster, its client, and the flags of a flanneld in kube subnet manager
+// mode reading that config.
+func seed001Cluster(t *testing.T, env *Env) (*ControlPlane, kubernetes.Interface, []string) {
+	t.Helper()
+	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: "10.244.0.0/16"})
+	cs, err := cp.Client()
+	require.NoError(t, err)
+	netConf := seed001NetConf(t, env, cs)
+	return cp, cs, []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + netConf}
+}
+
+// addSeed001Pods starts seed 001's pods (a1 and a2 on a, b1, c1, d1) by
+// CNI ADD, registers each as a Pod object, and returns them.
+func addSeed001Pods(t *testing.T, cs kubernetes.Interface, nodes map[string]*Node) []*Pod {
+	t.Helper()
+	for _, pod := range []struct{ node, name string }{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}, {"c", "c1"}, {"d", "d1"}} {
+		_, err := nodes[pod.node].AddPod(t.Context(), pod.name)
+		require.NoError(t, err)
+	}
+	pods := allPods(nodes["a"], nodes["b"], nodes["c"], nodes["d"])
+	for _, p := range pods {
+		t.Logf("pod %s on %s: %s", p.Name, p.Node.Name, p.IP)
+		require.NoError(t, registerPod(t.Context(), cs, p))
+	}
+	return pods
+}
+
+// webOwner creates the Deployment web (paused, no replicas: the test plays
+// its pods) and returns the owner reference its pods carry, so a
+// migration finds them controller-owned and may evict them.
+func webOwner(t *testing.T, cs kubernetes.Interface) metav1.OwnerReference {
+	t.Helper()
+	dep, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(t.Context(), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: new(int32(0)), Paused: true,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web-owner"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web-owner"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "cidrshift.local/echo"}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: new(true)}
 }
 
 // netConfIn puts conf in the kube-flannel-cfg ConfigMap (namespace

@@ -16,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -407,15 +406,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	// The web Deployment (no controller acts on it here: it only owns the
 	// pods, so the migration may evict them), its PDB, two replicas on a
 	// and b, the Service, and the client on z.
-	dep, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{Replicas: new(int32(0)), Paused: true,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web-owner"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web-owner"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "cidrshift.local/echo"}}}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	k.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: new(true)}
+	k.owner = webOwner(t, cs)
 	_, err = cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Create(ctx, &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(1)),

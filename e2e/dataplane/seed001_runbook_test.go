@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/cidr"
-	"github.com/cidrshift/cidrshift/e2e/harness"
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/migrate"
 	"github.com/cidrshift/cidrshift/nodecidr"
@@ -237,13 +236,10 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 func testSeed001Fix(t *testing.T, withRunbook bool) seed001Fix {
 	env := NewEnv(t)
-	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: "10.244.0.0/16"})
-	cs, err := cp.Client()
-	require.NoError(t, err)
+	cp, cs, flags := seed001Cluster(t, env)
 	ctx := t.Context()
 	network := netip.MustParsePrefix("10.244.0.0/16")
-	netConf := seed001NetConf(t, env, cs)
-	flags := []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + netConf}
+	var err error
 
 	var agentBin, agentKubeconfig string
 	if withRunbook {
@@ -289,15 +285,7 @@ func testSeed001Fix(t *testing.T, withRunbook bool) seed001Fix {
 					Containers: []corev1.Container{{Name: "kube-flannel", Image: "cidrshift.local/flannel"}}}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	dep, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: appsv1.DeploymentSpec{Replicas: new(int32(0)), Paused: true,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web-owner"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web-owner"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "echo", Image: "cidrshift.local/echo"}}}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	k.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID, Controller: new(true)}
+	k.owner = webOwner(t, cs)
 	old := map[string][]string{}
 	var unmoved []string
 	for _, name := range slices.Sorted(maps.Keys(k.nodes)) {

@@ -50,15 +50,7 @@ func TestSeed001FlannelKube(t *testing.T) {
 	}
 	require.NoError(t, d.StartFlanneld([]string{"NODE_NAME=d"}, 30*time.Second, kubeFlags(hostGWConf)...))
 
-	for _, pod := range []struct{ node, name string }{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}, {"c", "c1"}, {"d", "d1"}} {
-		_, err := nodes[pod.node].AddPod(ctx, pod.name)
-		require.NoError(t, err)
-	}
-	pods := allPods(a, b, c, d)
-	for _, p := range pods {
-		t.Logf("pod %s on %s: %s", p.Name, p.Node.Name, p.IP)
-		require.NoError(t, registerPod(ctx, cs, p))
-	}
+	pods := addSeed001Pods(t, cs, nodes)
 
 	ignoring := "ignoring non-vxlan v4Subnet(" + cidrs["d"].String() + ")"
 	require.Eventually(t, func() bool { return strings.Contains(a.Flanneld.Log(), ignoring) }, 30*time.Second, 200*time.Millisecond,
