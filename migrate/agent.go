@@ -357,8 +357,9 @@ type Agent struct {
 	// /host), NetNS, IPTablesBackend, and Bridge or VTEP when the request
 	// leaves them empty.
 	Host nodenet.Want
-	// Interval is how often the agent renews its Lease, reads its Node and
-	// retries deferred actions (default 5s).
+	// Interval is how often the agent renews its Lease, reads its Node,
+	// retries deferred actions and verifies that the host still holds the
+	// state of a converged request (default 5s).
 	Interval time.Duration
 	// LeaseDuration is written on the Lease (default 40s).
 	LeaseDuration time.Duration
@@ -513,10 +514,25 @@ func (a *Agent) Once(ctx context.Context) (*HostStatus, error) {
 		}
 		return st, a.report(ctx, lease, st)
 	}
+	var drift []string
 	if prev != nil && prev.Generation == req.Generation && prev.Phase != HostDeferred {
-		return prev, a.report(ctx, lease, prev) // done with it (converged or failed): renew only
+		// Done with it: a failed request waits for the runbook to ask
+		// again; a converged one is verified every round, and carried out
+		// again when something undid it (flanneld deletes the FDB entry,
+		// neighbour entry and route of a shared subnet's holder it cached
+		// last, whichever holder left, and retries a delete for tens of
+		// seconds).
+		if prev.Phase == HostFailed || req.Want.Node != a.Node {
+			return prev, a.report(ctx, lease, prev)
+		}
+		if drift = a.drift(ctx, req); len(drift) == 0 {
+			return prev, a.report(ctx, lease, prev)
+		}
 	}
 	st := a.carryOut(ctx, req)
+	if len(drift) > 0 {
+		st.Actions = append([]string{"undone since the last report, done again: " + strings.Join(drift, ", ")}, st.Actions...)
+	}
 	return st, a.report(ctx, lease, st)
 }
 
@@ -530,16 +546,9 @@ func (a *Agent) Carry(ctx context.Context, req HostRequest) (*HostStatus, error)
 	return a.carryOut(ctx, req), nil
 }
 
-// carryOut audits, plans, applies and verifies one request.
-func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
-	st := &HostStatus{Generation: req.Generation}
-	fail := func(err error) *HostStatus {
-		st.Phase, st.Error = HostFailed, oneLine(err.Error())
-		return st
-	}
-	if req.Want.Node != a.Node {
-		return fail(inputf("the request names node %q; this agent serves %q", req.Want.Node, a.Node))
-	}
+// hostWant completes req's want with the host-side fields of a.Host and
+// the node's live pods.
+func (a *Agent) hostWant(ctx context.Context, req HostRequest) (nodenet.Want, error) {
 	want := req.Want
 	h := a.Host
 	want.RunFlannelDir, want.CNIDataDir, want.CNIConfDir, want.NetNS, want.IPTablesBackend = h.RunFlannelDir, h.CNIDataDir, h.CNIConfDir, h.NetNS, h.IPTablesBackend
@@ -551,9 +560,44 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 	}
 	pods, err := a.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.Node).String()})
 	if err != nil {
-		return fail(fmt.Errorf("listing the pods of node %s: %w", a.Node, err))
+		return want, fmt.Errorf("listing the pods of node %s: %w", a.Node, err)
 	}
 	want.LivePods, want.LivePodsComplete = livePods(pods.Items), true
+	return want, nil
+}
+
+// drift returns what Verify finds on a host that converged on req before
+// (nothing when it still holds req's state, or when Verify cannot run).
+func (a *Agent) drift(ctx context.Context, req HostRequest) []string {
+	want, err := a.hostWant(ctx, req)
+	if err != nil {
+		return nil
+	}
+	var nc *nodenet.NotConvergedError
+	if _, err := a.host.verify(ctx, want); !errors.As(err, &nc) {
+		return nil
+	}
+	var out []string
+	for _, f := range nc.Findings {
+		out = append(out, string(f.Code)+" ("+f.Object+")")
+	}
+	return out
+}
+
+// carryOut audits, plans, applies and verifies one request.
+func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
+	st := &HostStatus{Generation: req.Generation}
+	fail := func(err error) *HostStatus {
+		st.Phase, st.Error = HostFailed, oneLine(err.Error())
+		return st
+	}
+	if req.Want.Node != a.Node {
+		return fail(inputf("the request names node %q; this agent serves %q", req.Want.Node, a.Node))
+	}
+	want, err := a.hostWant(ctx, req)
+	if err != nil {
+		return fail(err)
+	}
 	// Rounds of audit, apply and verify until the host converges: flanneld
 	// may undo an action meanwhile (it deletes the route and neighbour
 	// entry of a shared subnet at each holder's removal, retrying a delete

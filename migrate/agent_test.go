@@ -300,3 +300,61 @@ func TestAgentRoundsUntilTheHostConverges(t *testing.T) {
 	assert.Contains(t, st.Error, "route-missing (route 10.244.2.0/24)")
 	assert.Equal(t, []string{"error route-missing route 10.244.2.0/24: "}, st.Findings)
 }
+
+// hostDrift plays a host whose converged state something else undoes when
+// the test sets broken; an apply repairs it.
+type hostDrift struct {
+	broken  bool
+	applies int
+}
+
+func (h *hostDrift) calls() hostCalls {
+	return hostCalls{
+		audit: (&hostFlaky{}).calls().audit,
+		apply: func(_ context.Context, w nodenet.Want, _ *nodenet.Plan, _ nodenet.ApplyOptions) (*nodenet.Result, error) {
+			h.applies++
+			h.broken = false
+			return &nodenet.Result{Node: w.Node}, nil
+		},
+		verify: func(_ context.Context, w nodenet.Want) (*nodenet.Report, error) {
+			if h.broken {
+				return nil, &nodenet.NotConvergedError{Node: w.Node, Findings: []nodenet.Finding{{Severity: cidr.SeverityError, Code: nodenet.CodeFDBMissing, Object: "fdb 6e:00:00:00:00:05"}}}
+			}
+			return &nodenet.Report{Node: w.Node}, nil
+		},
+	}
+}
+
+// A converged request is verified every round: what something else undid
+// since (flanneld deleting the FDB entry of a peer) is done again and
+// reported, under the same generation; a host that still holds the state
+// is not touched.
+func TestAgentRepairsWhatWasUndoneAfterItConverged(t *testing.T) {
+	req, err := json.Marshal(HostRequest{Generation: 3, Want: agentWant("w1")})
+	require.NoError(t, err)
+	n := agentNode("w1")
+	n.Annotations = map[string]string{HostWantAnnotation: string(req)}
+	h := &hostDrift{}
+	a := &Agent{Kube: fake.NewClientset(n), Node: "w1", host: h.calls()}
+	st, err := a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, st.Phase)
+	assert.Equal(t, 1, h.applies)
+
+	st, err = a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 1, h.applies, "the host holds the state: nothing done")
+	assert.Equal(t, HostConverged, st.Phase)
+
+	h.broken = true
+	st, err = a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 2, h.applies, "the undone entry is put back")
+	assert.Equal(t, HostConverged, st.Phase)
+	assert.Equal(t, int64(3), st.Generation)
+	require.NotEmpty(t, st.Actions)
+	assert.Equal(t, "undone since the last report, done again: fdb-missing (fdb 6e:00:00:00:00:05)", st.Actions[0])
+	got, err := (&HostAgents{Kube: a.Kube}).Status(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.Equal(t, st.Actions, got.Actions, "reported on the Lease")
+}

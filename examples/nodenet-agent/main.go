@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, conn conn
 	fs.StringVar(&hostRoot, "host-root", "", "where the host's / is mounted (e.g. /host): run/flannel, var/lib/cni and etc/cni/net.d are read below it")
 	fs.StringVar(&a.Host.NetNS, "netns", "", "network namespace path to work in (default: the agent's own, the host's with hostNetwork)")
 	fs.StringVar(&a.Host.IPTablesBackend, "iptables-backend", "", "nft or legacy (default: detected from the iptables binary)")
-	fs.DurationVar(&a.Interval, "interval", 5*time.Second, "how often to renew the Lease, read the Node and retry deferred actions")
+	fs.DurationVar(&a.Interval, "interval", 5*time.Second, "how often to renew the Lease, read the Node, retry deferred actions and verify a converged host")
 	fs.BoolVar(&once, "once", false, "carry out one round and exit (exit 3 when actions are deferred)")
 	fs.StringVar(&request, "request", "", "with --once: the request to carry out (JSON, or @FILE), instead of the Node's annotation")
 	err := fs.Parse(args)
