@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/internal/access"
+	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/nodenet"
 )
 
@@ -363,6 +364,12 @@ type Agent struct {
 	Interval time.Duration
 	// LeaseDuration is written on the Lease (default 40s).
 	LeaseDuration time.Duration
+	// JournalDir, when set, is where the agent journals each Apply on the
+	// host (nodenet.ApplyOptions.Journal: the plan, and every action before
+	// it runs and with its outcome), so what it changed is on record after
+	// a crash. examples/nodenet-agent keeps it at
+	// /var/lib/cidrshift/nodenet-agent on the host.
+	JournalDir string
 	// Rounds is how many rounds of audit, apply and verify a request gets
 	// before the agent reports it failed (default 5; the waits between
 	// them double from 250ms, 3.75s in all).
@@ -613,7 +620,7 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 		if err != nil {
 			return fail(err)
 		}
-		res, err := a.host.apply(ctx, want, plan, nodenet.ApplyOptions{LivePods: want.LivePods})
+		res, err := a.applyJournaled(ctx, want, plan)
 		st.Deferred = nil
 		if res != nil {
 			for _, o := range res.Outcomes {
@@ -659,6 +666,20 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 		}
 		wait *= 2
 	}
+}
+
+// applyJournaled applies plan, journaled in JournalDir when set.
+func (a *Agent) applyJournaled(ctx context.Context, want nodenet.Want, plan *nodenet.Plan) (*nodenet.Result, error) {
+	opts := nodenet.ApplyOptions{LivePods: want.LivePods}
+	if a.JournalDir != "" {
+		j, err := journal.Open(a.JournalDir)
+		if err != nil {
+			return nil, fmt.Errorf("host agent journal: %w", err)
+		}
+		defer func() { _ = j.Close() }()
+		opts.Journal = j
+	}
+	return a.host.apply(ctx, want, plan, opts)
 }
 
 // onlyDeferredLeft reports whether a fresh plan for want holds actions and

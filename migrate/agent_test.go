@@ -18,6 +18,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access/accesstest"
+	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/nodenet"
 )
 
@@ -357,4 +358,38 @@ func TestAgentRepairsWhatWasUndoneAfterItConverged(t *testing.T) {
 	got, err := (&HostAgents{Kube: a.Kube}).Status(t.Context(), "w1")
 	require.NoError(t, err)
 	assert.Equal(t, st.Actions, got.Actions, "reported on the Lease")
+}
+
+// With JournalDir, nodenet's Apply gets a journal on the host, opened for
+// the request and closed after it (another agent process may take it next).
+func TestAgentJournalsTheHostsChanges(t *testing.T) {
+	dir := t.TempDir()
+	calls := (&hostDrift{}).calls()
+	var got nodenet.Recorder
+	calls.apply = func(_ context.Context, w nodenet.Want, _ *nodenet.Plan, opts nodenet.ApplyOptions) (*nodenet.Result, error) {
+		got = opts.Journal
+		if got == nil {
+			return &nodenet.Result{Node: w.Node}, nil
+		}
+		return &nodenet.Result{Node: w.Node}, got.Put(nodenet.JournalPrefix+"p/plan", map[string]string{"node": w.Node})
+	}
+	a := &Agent{Kube: fake.NewClientset(agentNode("w1")), Node: "w1", JournalDir: dir, host: calls}
+	st, err := a.Carry(t.Context(), HostRequest{Generation: 1, Want: agentWant("w1")})
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, st.Phase, "%+v", st)
+	require.NotNil(t, got)
+	j, err := journal.Open(dir) // the agent released it
+	require.NoError(t, err)
+	defer func() { _ = j.Close() }()
+	var rec map[string]string
+	ok, err := j.Get(nodenet.JournalPrefix+"p/plan", &rec)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "w1", rec["node"])
+
+	got = nil
+	a.JournalDir = ""
+	_, err = a.Carry(t.Context(), HostRequest{Generation: 2, Want: agentWant("w1")})
+	require.NoError(t, err)
+	assert.Nil(t, got, "no JournalDir: no journal")
 }

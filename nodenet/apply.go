@@ -3,8 +3,12 @@ package nodenet
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ApplyOptions tunes Apply.
@@ -17,6 +21,41 @@ type ApplyOptions struct {
 	DryRun bool
 	// OnEvent receives each action's outcome as it happens.
 	OnEvent func(Outcome)
+	// Journal, when set, durably records the plan before the first change,
+	// and each action before it runs (JournalRecord without an Outcome) and
+	// with its outcome after, so what Apply changed on a node survives a
+	// crash of the caller. cidrshift's internal journal (a directory of
+	// fsynced files) is one; the agent keeps it on the host. A failed
+	// record stops Apply before the action it guards.
+	Journal Recorder
+}
+
+// Recorder stores records durably under keys; Put returns once v is on
+// stable storage, replacing an earlier record of the key.
+type Recorder interface {
+	Put(key string, v any) error
+}
+
+// JournalRecord is Apply's record of one action: Outcome is nil while it
+// runs (a crash then leaves "started"), set once it has run.
+type JournalRecord struct {
+	Node    string    `json:"node"`
+	Plan    string    `json:"plan"`
+	Action  Action    `json:"action"`
+	Outcome *Outcome  `json:"outcome,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// JournalPrefix is the key prefix of Apply's records: JournalPrefix+<plan
+// ID>+"/plan" holds the plan, JournalPrefix+<plan ID>+"/action-<index>"
+// each action's JournalRecord.
+const JournalPrefix = "nodenet/"
+
+// ID identifies the plan's content: the journal keys of its Apply.
+func (p *Plan) ID() string {
+	data, _ := json.Marshal(p)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Status is what happened to an action.

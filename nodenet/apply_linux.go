@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
@@ -90,13 +91,29 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 	log := logr.FromContextOrDiscard(ctx).WithValues("node", w.Node)
 	pods := slices.Concat(plan.LivePods, opts.LivePods)
 	res := &Result{Node: w.Node, Outcomes: []Outcome{}}
+	id := plan.ID()
+	record := func(i int, a *Action, o *Outcome) error {
+		if opts.Journal == nil || opts.DryRun {
+			return nil
+		}
+		key := fmt.Sprintf("%s%s/action-%03d", JournalPrefix, id, i)
+		if err := opts.Journal.Put(key, JournalRecord{Node: w.Node, Plan: id, Action: *a, Outcome: o, At: time.Now().UTC()}); err != nil {
+			return fmt.Errorf("nodenet: node %s: journaling action %d (%s %s): %w", w.Node, i, a.Kind, a.Object, err)
+		}
+		return nil
+	}
+	if opts.Journal != nil && !opts.DryRun {
+		if err := opts.Journal.Put(JournalPrefix+id+"/plan", plan); err != nil {
+			return nil, fmt.Errorf("nodenet: node %s: journaling the plan (nothing was changed): %w", w.Node, err)
+		}
+	}
 	for i := range plan.Actions {
 		a := &plan.Actions[i]
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("nodenet: node %s: stopped before action %d: %w", w.Node, i, err)
 		}
 		o := Outcome{Index: i, Kind: a.Kind, Object: a.Object}
-		var aerr error
+		var aerr, jerr error
 		switch d := a.Deferred; {
 		case d != "":
 			o.Status, o.Detail = StatusDeferred, d
@@ -107,8 +124,11 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 				o.Status, o.Detail = StatusDryRun, a.Why
 			} else if d = h.unmoved(plan, a); d != "" {
 				o.Status, o.Detail = StatusSkipped, d
+			} else if err := record(i, a, nil); err != nil {
+				return res, err
 			} else {
 				o.Status, o.Detail, aerr = h.do(a, pods)
+				jerr = record(i, a, &o)
 			}
 		}
 		res.Outcomes = append(res.Outcomes, o)
@@ -118,6 +138,9 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 		}
 		if aerr != nil {
 			return res, fmt.Errorf("nodenet: node %s: action %d (%s %s): %w", w.Node, i, a.Kind, a.Object, aerr)
+		}
+		if jerr != nil {
+			return res, jerr
 		}
 	}
 	return res, nil

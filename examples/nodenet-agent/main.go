@@ -53,6 +53,10 @@ func connect(ctx context.Context, kubeconfig, kubeContext string, progress io.Wr
 	return kubernetes.NewForConfig(cfg)
 }
 
+// DefaultJournalDir is where the agent journals its changes on the host
+// (below --host-root).
+const DefaultJournalDir = "/var/lib/cidrshift/nodenet-agent"
+
 var badInput = []error{migrate.ErrInvalidInput, nodenet.ErrInvalidInput, nodenet.ErrHostPathMissing, nodenet.ErrWrongNode, nodenet.ErrUnknownBackend, nodenet.ErrNoIPTables}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, conn connector) int {
@@ -69,6 +73,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, conn conn
 	fs.StringVar(&a.Namespace, "namespace", migrate.DefaultAgentNamespace, "namespace of the agent's Lease")
 	fs.StringVar(&a.Identity, "identity", os.Getenv("POD_NAME"), "the Lease's holder identity (default $POD_NAME, else the node)")
 	fs.StringVar(&hostRoot, "host-root", "", "where the host's / is mounted (e.g. /host): run/flannel, var/lib/cni and etc/cni/net.d are read below it")
+	fs.StringVar(&a.JournalDir, "journal-dir", "", "where each change to the host is journaled before it is made (default <host-root>/var/lib/cidrshift/nodenet-agent)")
 	fs.StringVar(&a.Host.NetNS, "netns", "", "network namespace path to work in (default: the agent's own, the host's with hostNetwork)")
 	fs.StringVar(&a.Host.IPTablesBackend, "iptables-backend", "", "nft or legacy (default: detected from the iptables binary)")
 	fs.DurationVar(&a.Interval, "interval", 5*time.Second, "how often to renew the Lease, read the Node, retry deferred actions and verify a converged host")
@@ -103,6 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, conn conn
 		a.Host.RunFlannelDir = filepath.Join(hostRoot, nodenet.DefaultRunFlannelDir)
 		a.Host.CNIDataDir = filepath.Join(hostRoot, nodenet.DefaultCNIDataDir)
 		a.Host.CNIConfDir = filepath.Join(hostRoot, nodenet.DefaultCNIConfDir)
+	}
+	if a.JournalDir == "" {
+		a.JournalDir = filepath.Join(hostRoot, DefaultJournalDir)
 	}
 	var req *migrate.HostRequest
 	if request != "" {
