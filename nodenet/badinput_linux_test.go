@@ -33,12 +33,8 @@ func iptablesV(t *testing.T) string {
 // TestDataplaneBadInput: each bad input is refused with an error naming the
 // field and the value, and the node is left exactly as it was.
 func TestDataplaneBadInput(t *testing.T) {
-	n, w := movedNode(t)
+	n, w, plan := movedNodePlan(t)
 	ctx := context.Background()
-	r, err := Audit(ctx, w)
-	require.NoError(t, err)
-	plan, err := NewPlan(r)
-	require.NoError(t, err)
 	before := n.state()
 
 	// A PATH without iptables (an nftables-only host), and one whose iptables

@@ -36,12 +36,8 @@ func (r *stateRecorder) Put(key string, v any) error {
 // and with its outcome after. A record that cannot be made stops Apply
 // before the action it guards.
 func TestDataplaneApplyJournalsEachActionBeforeItRuns(t *testing.T) {
-	n, w := movedNode(t)
+	n, w, plan := movedNodePlan(t)
 	ctx := context.Background()
-	r, err := Audit(ctx, w)
-	require.NoError(t, err)
-	plan, err := NewPlan(r)
-	require.NoError(t, err)
 	start := n.state()
 	rec := &stateRecorder{n: n}
 	res, err := Apply(ctx, w, plan, ApplyOptions{Journal: rec})
@@ -70,11 +66,7 @@ func TestDataplaneApplyJournalsEachActionBeforeItRuns(t *testing.T) {
 	assert.Positive(t, changed, "some action changed the node between its two records")
 
 	// A record that fails: the action it guards does not run.
-	n2, w2 := movedNode(t)
-	r2, err := Audit(ctx, w2)
-	require.NoError(t, err)
-	plan2, err := NewPlan(r2)
-	require.NoError(t, err)
+	n2, w2, plan2 := movedNodePlan(t)
 	before := n2.state()
 	_, err = Apply(ctx, w2, plan2, ApplyOptions{Journal: &stateRecorder{n: n2, failAt: JournalPrefix + plan2.ID() + "/action-000"}})
 	require.Error(t, err)

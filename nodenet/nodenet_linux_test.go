@@ -81,6 +81,16 @@ func movedNode(t *testing.T) (*testNode, Want) {
 	return n, w
 }
 
+// movedNodePlan is movedNode with the plan of its audit.
+func movedNodePlan(t *testing.T) (*testNode, Want, *Plan) {
+	n, w := movedNode(t)
+	r, err := Audit(context.Background(), w)
+	require.NoError(t, err)
+	plan, err := NewPlan(r)
+	require.NoError(t, err)
+	return n, w, plan
+}
+
 // TestDataplaneMoveKeepsPodsThenConverges runs Audit, NewPlan, Apply and
 // Verify on a real namespace through a whole node move: first while an old
 // pod still runs (everything new is put in place, nothing the old pod needs
@@ -369,12 +379,8 @@ func TestDataplaneApplyNeverReleasesLivePodReservation(t *testing.T) {
 
 // TestDataplaneDryRun: a dry run reports every action and changes nothing.
 func TestDataplaneDryRun(t *testing.T) {
-	n, w := movedNode(t)
+	n, w, plan := movedNodePlan(t)
 	ctx := context.Background()
-	r, err := Audit(ctx, w)
-	require.NoError(t, err)
-	plan, err := NewPlan(r)
-	require.NoError(t, err)
 	before := n.state()
 	var events []Outcome
 	res, err := Apply(ctx, w, plan, ApplyOptions{DryRun: true, OnEvent: func(o Outcome) { events = append(events, o) }})
