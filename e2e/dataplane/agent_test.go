@@ -1,7 +1,10 @@
 package dataplane
 
 import (
+	"encoding/json"
 	"net/netip"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -232,6 +235,18 @@ func TestSeed001AgentFixesHost(t *testing.T) {
 	assert.Equal(t, migrate.HostConverged, again.Phase)
 	assert.Contains(t, cni0(), hasAddr(gw), "cni0 holds c's new gateway")
 	assert.NotContains(t, cni0(), hasAddr(oldGW))
+	// Every action that ran is on record on c's host, with its outcome.
+	journaled, err := filepath.Glob(filepath.Join(c.Dir, "var/lib/cidrshift/nodenet-agent", url.PathEscape(nodenet.JournalPrefix)+"*action-*"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, journaled, "the agent journals its changes under the host root")
+	for _, f := range journaled {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var rec nodenet.JournalRecord
+		require.NoError(t, json.Unmarshal(data, &rec), f)
+		assert.Equal(t, "c", rec.Node, f)
+		assert.NotNil(t, rec.Outcome, "%s: %s %s has its outcome", f, rec.Action.Kind, rec.Action.Object)
+	}
 
 	// 5. A new pod on c gets an address of the new podCIDR by real CNI ADD;
 	// it and a's pods reach each other, without SNAT, and the outside.
