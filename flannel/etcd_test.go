@@ -145,3 +145,19 @@ func TestParseEndpoints(t *testing.T) {
 	assert.Equal(t, []string{"https://a:2379"}, ParseEndpoints(" https://a:2379, ,"))
 	assert.Empty(t, ParseEndpoints(""))
 }
+
+// TestEtcdPlainHTTPUsesNoTLS: plain http endpoints with no CA, certificate
+// or key get no TLS configuration (as etcdctl and flanneld connect).
+func TestEtcdPlainHTTPUsesNoTLS(t *testing.T) {
+	cfg, err := EtcdConfig{Endpoints: []string{"http://127.0.0.1:2379"}}.tlsConfig()
+	require.NoError(t, err)
+	assert.Nil(t, cfg)
+}
+
+// TestDialEtcdRefusesAnEndpointWithoutHostOrPath: "https://" names no
+// server; it is refused before any dial.
+func TestDialEtcdRefusesAnEndpointWithoutHostOrPath(t *testing.T) {
+	_, err := DialEtcd(t.Context(), EtcdConfig{Endpoints: []string{"https://"}})
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	assert.ErrorContains(t, err, `etcd endpoint "https://" is not a URL`)
+}

@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cidrshift/cidrshift/flannel/internal/etcdtest"
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 )
 
 const runConfig = "{\n  \"Network\": \"10.5.0.0/16\",\n  \"SubnetMin\": \"10.5.2.0\",\n  \"Backend\": {\"Type\": \"vxlan\", \"VNI\": 1}\n}"
@@ -228,4 +232,155 @@ func TestApplyCleansUpALargeRun(t *testing.T) {
 	assert.True(t, res.Done)
 	keys, _ = runKeys(t, m)
 	assert.Empty(t, keys)
+}
+
+// TestApplyReportsAResumeFromItsJournalAlone: a run whose only trace is in
+// its journal directory (its first transaction failed its comparison, so
+// etcd holds no run key) is reported resumed when the plan is applied again
+// with that directory; the first run is not.
+func TestApplyReportsAResumeFromItsJournalAlone(t *testing.T) {
+	m, _, mv := oneMove(t)
+	reg, err := NewRegistry(memRenewingKV{MemKV: m, key: mv.Steps[0].Key}, RegistryOptions{})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	res, err := reg.Apply(t.Context(), mv, ApplyOptions{JournalDir: dir})
+	require.ErrorAs(t, err, new(*ConflictError))
+	assert.False(t, res.Resumed, "the first run")
+	keys, _ := runKeys(t, m)
+	require.Empty(t, keys)
+	res, err = reg.Apply(t.Context(), mv, ApplyOptions{JournalDir: dir})
+	require.ErrorAs(t, err, new(*ConflictError))
+	assert.True(t, res.Resumed, "the journal holds the first run's records")
+}
+
+// twoDeletes is a registry holding two leases and the plan deleting both.
+func twoDeletes(t *testing.T) (*MemKV, *Registry, *Plan) {
+	t.Helper()
+	m, _, reg := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
+	require.NoError(t, err)
+	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
+	putLease(t, m, "172.7.2.0-24", "10.0.0.2", "host-gw")
+	snap, err := reg.Snapshot(t.Context())
+	require.NoError(t, err)
+	p, err := PlanDelete(snap, []string{"172.7.1.0-24", "172.7.2.0-24"}, "")
+	require.NoError(t, err)
+	return m, reg, p
+}
+
+// TestApplyErrorsNameTheStepByItsNumber: an error of the second step of a
+// plan says "step 2", whatever stopped it; a dry run reports the conflict of
+// that step and goes on.
+func TestApplyErrorsNameTheStepByItsNumber(t *testing.T) {
+	t.Run("renewed since the plan", func(t *testing.T) {
+		m, reg, p := twoDeletes(t)
+		putLease(t, m, "172.7.2.0-24", "10.0.0.2", "host-gw")
+		_, err := reg.Apply(t.Context(), p, ApplyOptions{})
+		var ce *ConflictError
+		require.ErrorAs(t, err, &ce)
+		assert.ErrorContains(t, err, "step 2 (")
+		assert.Equal(t, strconv.FormatInt(p.Steps[1].ModRevision, 10), ce.Expected)
+		assert.Equal(t, strconv.FormatInt(m.Revision(), 10), ce.Actual, "the mod revision of the renewal")
+		res, err := reg.Apply(t.Context(), p, ApplyOptions{DryRun: true})
+		require.ErrorAs(t, err, new(*ConflictError))
+		assert.ErrorContains(t, err, "step 2 (")
+		assert.Equal(t, []Outcome{OutcomeWouldApply, OutcomeConflict}, outcomes(res))
+	})
+	t.Run("before write", func(t *testing.T) {
+		_, reg, p := twoDeletes(t)
+		_, err := reg.Apply(t.Context(), p, ApplyOptions{BeforeWrite: func(_ context.Context, i int, _ Step) error {
+			if i == 1 {
+				return errStoreDown
+			}
+			return nil
+		}})
+		require.ErrorIs(t, err, errStoreDown)
+		assert.ErrorContains(t, err, "step 2 (")
+	})
+	t.Run("lock lost", func(t *testing.T) {
+		_, reg, p := twoDeletes(t)
+		_, err := reg.Apply(t.Context(), p, ApplyOptions{Lock: &kubetest.Lock{ChecksLeft: 1}})
+		require.ErrorIs(t, err, kubetest.ErrLockLost)
+		assert.ErrorContains(t, err, "step 2 (")
+	})
+	t.Run("store down at the write", func(t *testing.T) {
+		m, _, p := twoDeletes(t)
+		fk := &faultKV{KV: m}
+		reg, err := NewRegistry(fk, RegistryOptions{})
+		require.NoError(t, err)
+		_, err = reg.Apply(t.Context(), p, ApplyOptions{BeforeWrite: func(_ context.Context, i int, _ Step) error {
+			fk.down = i == 1
+			return nil
+		}})
+		require.ErrorIs(t, err, errStoreDown)
+		assert.ErrorContains(t, err, "step 2 (")
+	})
+	t.Run("renewed right before the write", func(t *testing.T) {
+		m, _, p := twoDeletes(t)
+		reg, err := NewRegistry(memRenewingKV{MemKV: m, key: p.Steps[1].Key}, RegistryOptions{})
+		require.NoError(t, err)
+		res, err := reg.Apply(t.Context(), p, ApplyOptions{})
+		require.ErrorAs(t, err, new(*ConflictError))
+		assert.ErrorContains(t, err, "step 2 (")
+		assert.Equal(t, []Outcome{OutcomeApplied, OutcomeConflict}, outcomes(res))
+	})
+	t.Run("log", func(t *testing.T) {
+		_, reg, p := twoDeletes(t)
+		var steps []string
+		log := funcr.New(func(_, args string) { steps = append(steps, args) }, funcr.Options{})
+		_, err := reg.Apply(logr.NewContext(t.Context(), log), p, ApplyOptions{})
+		require.NoError(t, err)
+		require.Len(t, steps, 2)
+		assert.Contains(t, steps[0], `"step"=1 `)
+		assert.Contains(t, steps[1], `"step"=2 `)
+	})
+}
+
+// TestVerifyNamesTheStepByItsNumber: Verify's error names the first step
+// not done, or the step whose read failed, by its number.
+func TestVerifyNamesTheStepByItsNumber(t *testing.T) {
+	m, reg, p := twoDeletes(t)
+	_, err := reg.Verify(t.Context(), p)
+	assert.ErrorContains(t, err, "step 1 (")
+	_, err = reg.Apply(t.Context(), p, ApplyOptions{BeforeWrite: func(_ context.Context, i int, _ Step) error {
+		if i == 1 {
+			return errStoreDown
+		}
+		return nil
+	}})
+	require.ErrorIs(t, err, errStoreDown)
+	_, err = reg.Verify(t.Context(), p)
+	assert.ErrorContains(t, err, "step 2 (")
+	assert.ErrorContains(t, err, "is not done: pending")
+
+	down, err := NewRegistry(&faultKV{KV: m, down: true}, RegistryOptions{})
+	require.NoError(t, err)
+	_, err = down.Verify(t.Context(), p)
+	require.ErrorIs(t, err, errStoreDown)
+	assert.ErrorContains(t, err, "step 1 (")
+}
+
+// TestApplyRefusesAStepWithoutAModRevision: a delete or a move without the
+// key's mod revision (an edited plan) would compare nothing the lease's
+// renewal changes; it is refused before anything is written.
+func TestApplyRefusesAStepWithoutAModRevision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		plan func(*testing.T) (*MemKV, *Registry, *Plan)
+		why  string
+	}{
+		{"delete", twoDeletes, "a delete needs the key's mod revision"},
+		{"move", oneMove, "a move needs the key's mod revision and a different new key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, reg, p := tc.plan(t)
+			rev := m.Revision()
+			last := len(p.Steps) - 1
+			p.Steps[last].ModRevision = 0
+			_, err := reg.Apply(t.Context(), p, ApplyOptions{})
+			require.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, fmt.Sprintf("step %d (%s %s): %s", last+1, p.Steps[last].Action, p.Steps[last].Key, tc.why))
+			assert.Equal(t, rev, m.Revision(), "nothing written")
+		})
+	}
 }

@@ -2,6 +2,7 @@ package nodecidr
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,6 +29,7 @@ import (
 	"github.com/cidrshift/cidrshift/internal/access"
 	"github.com/cidrshift/cidrshift/internal/access/accesstest"
 	"github.com/cidrshift/cidrshift/internal/journal"
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 	"github.com/cidrshift/cidrshift/nodecidr/nodecidrtest"
 )
 
@@ -94,6 +96,20 @@ func (e *events) phases(node string) []Phase {
 	return out
 }
 
+// messages returns the messages of node's events in phase p (every phase
+// when p is empty).
+func (e *events) messages(node string, p Phase) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.all {
+		if ev.Node == node && (p == "" || ev.Phase == p) {
+			out = append(out, ev.Message)
+		}
+	}
+	return out
+}
+
 func storyOne() []*corev1.Node {
 	return []*corev1.Node{
 		node("master1", cidrs("10.10.0.0/24"), cp),
@@ -109,6 +125,28 @@ func rebasePlan(t testing.TB, c *fake.Clientset) *Plan {
 	require.NoError(t, err)
 	require.Len(t, p.Steps, 4)
 	return p
+}
+
+// w1Plan is rebasePlan for w1 alone.
+func w1Plan(t testing.TB, c *fake.Clientset) *Plan {
+	t.Helper()
+	p, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeRebase, Names: []string{"w1"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	require.Len(t, p.Steps, 1)
+	return p
+}
+
+// serverDelete deletes node name on the server directly, as another client
+// would; a reactor may call it (the clientset would deadlock there).
+func serverDelete(s *nodecidrtest.Server, name string) error {
+	_, _, err := s.Handle(k8stesting.NewRootDeleteAction(corev1.SchemeGroupVersion.WithResource("nodes"), name))
+	return err
+}
+
+// serverCreate creates n on the server directly, like serverDelete.
+func serverCreate(s *nodecidrtest.Server, n *corev1.Node) error {
+	_, _, err := s.Handle(k8stesting.NewRootCreateAction(corev1.SchemeGroupVersion.WithResource("nodes"), n))
+	return err
 }
 
 // checkMoved asserts that every original node exists with its planned
@@ -330,34 +368,55 @@ func TestApplyCreateFailsAfterDeleteThenSucceeds(t *testing.T) {
 	assert.Equal(t, 4, res.Gaps.Count)
 }
 
+// TestApplyPermanentCreateFailureRestoresAndStops: a create refused for good
+// (an admission webhook) is tried three times, then the node is restored with
+// its old podCIDRs and the run stops before the next node. The old podCIDR is
+// restored in canonical form: strict validation refuses the host bits that
+// API servers once accepted (10.10.1.1/24). The plan still applies once the
+// cause is gone: the restored node, in either form, is the one expected.
 func TestApplyPermanentCreateFailureRestoresAndStops(t *testing.T) {
-	orig := storyOne()
-	c, s := newCluster(orig...)
-	p := rebasePlan(t, c)
-	refuse := true
-	c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		n := a.(k8stesting.CreateActionImpl).GetObject().(*corev1.Node)
-		if refuse && strings.HasPrefix(n.Spec.PodCIDR, "10.20.") {
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, n.Name, errors.New("admission webhook denied the request"))
-		}
-		return false, nil, nil
-	})
-	dir := t.TempDir()
-	rec := record(c)
-	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "restored with its old podCIDRs 10.10.1.0/24")
-	assert.NotContains(t, strings.Join(rec.writes(), ","), "w2", "the run stopped before the next node")
-	w1, ok := s.Node("w1")
-	require.True(t, ok, "nothing lost")
-	assert.Equal(t, []string{"10.10.1.0/24"}, w1.Spec.PodCIDRs)
-	assert.Equal(t, orig[1].Labels, w1.Labels)
+	for _, tc := range []struct{ name, old string }{
+		{"canonical", "10.10.1.0/24"},
+		{"host bits restored in canonical form", "10.10.1.1/24"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := storyOne()
+			orig[1].Spec.PodCIDR, orig[1].Spec.PodCIDRs = tc.old, []string{tc.old}
+			c, s := newCluster(orig...)
+			p := rebasePlan(t, c)
+			require.Equal(t, []string{tc.old}, p.Step("w1").OldPodCIDRs)
+			var mu sync.Mutex
+			refuse := true
+			var creates []string
+			c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				n := a.(k8stesting.CreateActionImpl).GetObject().(*corev1.Node)
+				mu.Lock()
+				defer mu.Unlock()
+				creates = append(creates, n.Name+"="+n.Spec.PodCIDR)
+				if refuse && strings.HasPrefix(n.Spec.PodCIDR, "10.20.") {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, n.Name, errors.New("admission webhook denied the request"))
+				}
+				return false, nil, nil
+			})
+			dir := t.TempDir()
+			rec := record(c)
+			_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+			require.ErrorContains(t, err, "restored with its old podCIDRs "+tc.old)
+			assert.Equal(t, []string{"w1=10.20.1.0/24", "w1=10.20.1.0/24", "w1=10.20.1.0/24", "w1=10.10.1.0/24"}, creates)
+			assert.NotContains(t, strings.Join(rec.writes(), ","), "w2", "the run stopped before the next node")
+			w1, ok := s.Node("w1")
+			require.True(t, ok, "nothing lost")
+			assert.Equal(t, []string{"10.10.1.0/24"}, w1.Spec.PodCIDRs)
+			assert.Equal(t, orig[1].Labels, w1.Labels)
 
-	// The plan still applies once the cause is gone: the restored node is expected.
-	refuse = false
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
-	require.NoError(t, err)
-	checkMoved(t, s, orig, p)
+			mu.Lock()
+			refuse = false
+			mu.Unlock()
+			_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+			require.NoError(t, err)
+			checkMoved(t, s, orig, p)
+		})
+	}
 }
 
 func TestApplyDeleteConflictTakesFreshBackup(t *testing.T) {
@@ -603,13 +662,12 @@ func TestDeleteNodePodsHook(t *testing.T) {
 	s.AddPod(pod("kube-flannel", "flannel", "w1", func(p *corev1.Pod) { p.Spec.HostNetwork = true }))
 	s.AddPod(pod("kube-system", "static", "w1", func(p *corev1.Pod) { p.Annotations = map[string]string{MirrorPodAnnotation: "x"} }))
 	s.AddPod(pod("default", "finished", "w1", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }))
-	p, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeRebase, Names: []string{"w1"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
-	require.NoError(t, err)
+	p := w1Plan(t, c)
 	hooks := []Hook{
 		DeleteNodePods(c, DeletePodsOptions{Namespace: "kube-flannel", LabelSelector: "app=flannel", IncludeHostNetwork: true}),
 		DeleteNodePods(c, DeletePodsOptions{}),
 	}
-	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Hooks: hooks, Retry: fastRetry()})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Hooks: hooks, Retry: fastRetry()})
 	require.NoError(t, err)
 	var left []string
 	for _, p := range s.Pods() {
@@ -617,6 +675,23 @@ func TestDeleteNodePodsHook(t *testing.T) {
 	}
 	assert.Equal(t, []string{"default/finished", "default/other-node", "kube-system/static"}, left)
 	assert.Contains(t, RequiredPermissions(ApplyOptions{Concurrency: 1, Hooks: hooks}), Permission{Verb: "delete", Resource: "pods", Namespace: "kube-flannel"})
+}
+
+// TestDeleteNodePodsHookNameSaysWhatItDeletes: the hook's name (in events,
+// errors and dry runs) names its namespace and selector, when set.
+func TestDeleteNodePodsHookNameSaysWhatItDeletes(t *testing.T) {
+	c, _ := newCluster()
+	for _, tc := range []struct {
+		opts DeletePodsOptions
+		want string
+	}{
+		{DeletePodsOptions{}, "delete-pods"},
+		{DeletePodsOptions{Namespace: "kube-flannel"}, "delete-pods namespace=kube-flannel"},
+		{DeletePodsOptions{LabelSelector: "app=flannel"}, "delete-pods selector=app=flannel"},
+		{DeletePodsOptions{Namespace: "kube-flannel", LabelSelector: "app=flannel", IncludeHostNetwork: true}, "delete-pods namespace=kube-flannel selector=app=flannel"},
+	} {
+		assert.Equal(t, tc.want, DeleteNodePods(c, tc.opts).Name, "%+v", tc.opts)
+	}
 }
 
 func TestRetryGivesUpOnPermanentErrors(t *testing.T) {
@@ -840,11 +915,576 @@ func TestApplyBeforeDeleteHooks(t *testing.T) {
 	_, err = Apply(ctxT(t), c2, rebasePlan(t, c2), ApplyOptions{DryRun: DryRunClient, BeforeDelete: []Hook{hook}, OnEvent: ev.add})
 	require.NoError(t, err)
 	assert.Len(t, seen, 3, "a dry run runs no hook")
-	var msgs []string
-	for _, e := range ev.all {
-		if e.Node == "w1" {
-			msgs = append(msgs, e.Message)
+	assert.Contains(t, ev.messages("w1", ""), "would run hook standby before the delete")
+}
+
+// TestApplyRecordsAPlanFoundAlreadyDoneAsFinished: a plan whose nodes all
+// have their new podCIDRs already (applied with another journal) still leaves
+// its run and a done record per node in this journal, so the journal shows
+// the whole plan finished.
+func TestApplyRecordsAPlanFoundAlreadyDoneAsFinished(t *testing.T) {
+	c, _ := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+	require.NoError(t, err)
+	assert.Empty(t, res.Changed)
+	assert.Len(t, res.AlreadyDone, 4)
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	require.NotNil(t, st, "the run is recorded")
+	assert.Equal(t, p.ID(), st.PlanID)
+	assert.True(t, st.Finished)
+	assert.Equal(t, map[string]Phase{"master1": PhaseDone, "w1": PhaseDone, "w2": PhaseDone, "w3": PhaseDone}, st.Phases)
+}
+
+// TestApplyEmptyPlanRecordsNothing: a plan without steps writes no run, in
+// the journal directory or in the cluster journal.
+func TestApplyEmptyPlanRecordsNothing(t *testing.T) {
+	c, _ := newCluster(storyOne()...)
+	p, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.30.0.0/16", "10.10.0.0/16")}})
+	require.NoError(t, err)
+	require.Empty(t, p.Steps)
+	dir := t.TempDir()
+	rec := record(c)
+	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Lock: &kubetest.Lock{ChecksLeft: -1}, ClusterJournal: &ClusterJournal{}, Retry: fastRetry()})
+	require.NoError(t, err)
+	assert.Empty(t, res.Changed)
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	assert.Nil(t, st, "no run recorded")
+	for _, a := range rec.actions {
+		assert.NotContains(t, []string{"create", "update", "patch", "delete"}, a.GetVerb(), "%s %s", a.GetVerb(), a.GetResource().Resource)
+	}
+}
+
+// TestApplyResumedRunKeepsItsRunRecord: the run record (note, start time) is
+// written once, by the run that started the plan; a resumed run keeps it.
+func TestApplyResumedRunKeepsItsRunRecord(t *testing.T) {
+	c, s := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	dir := t.TempDir()
+	fail := true
+	hook := Hook{Name: "gate", Run: func(_ context.Context, n *corev1.Node) error {
+		if fail && n.Name == "w2" {
+			return errors.New("not yet")
+		}
+		return nil
+	}}
+	opts := ApplyOptions{Concurrency: 1, JournalDir: dir, BeforeDelete: []Hook{hook}, Note: "first run", Retry: fastRetry()}
+	_, err := Apply(ctxT(t), c, p, opts)
+	require.ErrorContains(t, err, "not yet")
+	first, err := ReadJournal(dir)
+	require.NoError(t, err)
+	require.NotNil(t, first)
+	require.False(t, first.Finished)
+	assert.Equal(t, "first run", first.Note)
+
+	fail = false
+	opts.Note = "second run"
+	_, err = Apply(ctxT(t), c, p, opts)
+	require.NoError(t, err)
+	checkMoved(t, s, storyOne(), p)
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	assert.True(t, st.Finished)
+	assert.Equal(t, "first run", st.Note)
+	assert.True(t, first.Started.Equal(st.Started), "started %s, then %s", first.Started, st.Started)
+}
+
+// TestApplyStrictResourceVersionRefusesOnlyTheNodesThatChanged: with
+// StrictResourceVersion a node whose resourceVersion moved since the plan is
+// stale, and only that one.
+func TestApplyStrictResourceVersionRefusesOnlyTheNodesThatChanged(t *testing.T) {
+	c, s := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	opts := ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), StrictResourceVersion: true, Retry: fastRetry()}
+	require.True(t, s.Touch("w1"))
+	w1, _ := s.Node("w1")
+	rec := record(c)
+	_, err := Apply(ctxT(t), c, p, opts)
+	var stale *StaleError
+	require.ErrorAs(t, err, &stale)
+	assert.Equal(t, []Change{{Node: "w1", Field: "resourceVersion", Planned: p.Step("w1").ResourceVersion, Current: w1.ResourceVersion}}, stale.Changes)
+	assert.Empty(t, rec.writes())
+
+	p = rebasePlan(t, c)
+	_, err = Apply(ctxT(t), c, p, opts)
+	require.NoError(t, err, "nothing changed since this plan")
+	checkMoved(t, s, storyOne(), p)
+}
+
+// TestApplyGivesUpOnANodeThatKeepsChanging: a node whose every delete is
+// refused by its preconditions is read again and retried, six attempts in
+// all, then the run stops naming it, with nothing deleted.
+func TestApplyGivesUpOnANodeThatKeepsChanging(t *testing.T) {
+	c, s := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	var mu sync.Mutex
+	deletes := 0
+	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		deletes++
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, a.(k8stesting.DeleteActionImpl).GetName(), errors.New("the resourceVersion changed"))
+	})
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
+	require.ErrorContains(t, err, "node w1 kept changing under the run")
+	assert.Equal(t, 6, deletes)
+	checkMoved(t, s, storyOne(), &Plan{})
+}
+
+// seedJournal writes a run of p and recs into the journal dir, as a run
+// killed at some instant leaves it.
+func seedJournal(t *testing.T, dir string, p *Plan, recs ...nodeRecord) {
+	t.Helper()
+	j, err := journal.Open(dir)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, j.Close()) }()
+	require.NoError(t, j.Put(runKey, runRecord{PlanID: p.ID(), Plan: p, Started: time.Now().UTC()}))
+	for _, rec := range recs {
+		rec.PlanID = p.ID()
+		require.NoError(t, j.Put(nodeKey(rec.Node), rec))
+	}
+}
+
+// recreatedAs deletes node name on the server and creates it again with
+// podCIDRs, as Apply's create does: a new UID, the rest kept.
+func recreatedAs(t *testing.T, s *nodecidrtest.Server, name string, podCIDRs ...string) *corev1.Node {
+	t.Helper()
+	n, ok := s.Node(name)
+	require.True(t, ok)
+	require.NoError(t, serverDelete(s, name))
+	n.UID, n.ResourceVersion = "", ""
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = podCIDRs[0], podCIDRs
+	require.NoError(t, serverCreate(s, n))
+	n, _ = s.Node(name)
+	return n
+}
+
+// TestApplyResumeRecordsACreateThatWasNotRecorded: a run killed after its
+// create was accepted and before it recorded it leaves the node with its new
+// podCIDRs and the journal at backed-up. The resumed run records the node
+// created (with its new UID) before its hooks run, and reports its gap.
+func TestApplyResumeRecordsACreateThatWasNotRecorded(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := w1Plan(t, c)
+	dir := t.TempDir()
+	seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: PhaseBackedUp, Backup: orig[1], DeleteStarted: time.Now().UTC().Add(-time.Second)})
+	w1 := recreatedAs(t, s, "w1", "10.20.1.0/24")
+
+	var off offTest
+	var seen nodeRecord
+	hook := Hook{Name: "look", Run: func(context.Context, *corev1.Node) error {
+		data, err := os.ReadFile(filepath.Join(dir, "node%2Fw1.json"))
+		if off.noError(err, "read w1's record in the hook") {
+			off.noError(json.Unmarshal(data, &seen), "decode w1's record")
+		}
+		return nil
+	}}
+	rec := record(c)
+	res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Hooks: []Hook{hook}, Retry: fastRetry()})
+	off.check(t)
+	require.NoError(t, err)
+	assert.Empty(t, rec.writes(), "the node already has its new podCIDRs")
+	assert.Equal(t, PhaseCreated, seen.Phase, "recorded created before the hooks")
+	assert.Equal(t, w1.UID, seen.NewUID)
+	assert.Equal(t, []string{"w1"}, res.Changed)
+	assert.Equal(t, 1, res.Gaps.Count, "the gap of the interrupted run is counted")
+	assert.GreaterOrEqual(t, res.Gaps.Max, time.Second)
+}
+
+// TestApplyPatchedNodeHasNoGap: a node that only gets its podCIDRs by a
+// patch was never absent: a resumed run that finishes it (its hook had
+// failed) counts no gap for it.
+func TestApplyPatchedNodeHasNoGap(t *testing.T) {
+	orig := []*corev1.Node{node("a", cidrs("10.240.0.0/24")), node("c", nil)}
+	c, s := newCluster(orig...)
+	p, err := MakePlan(ctxT(t), c, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/12", 24)})
+	require.NoError(t, err)
+	require.Equal(t, ActionPatch, p.Step("c").Action)
+	fail := true
+	hook := Hook{Name: "gate", Run: func(context.Context, *corev1.Node) error {
+		if fail {
+			return errors.New("not yet")
+		}
+		return nil
+	}}
+	dir := t.TempDir()
+	var ev events
+	opts := ApplyOptions{Concurrency: 1, JournalDir: dir, Hooks: []Hook{hook}, OnEvent: ev.add, Retry: fastRetry()}
+	res, err := Apply(ctxT(t), c, p, opts)
+	require.ErrorContains(t, err, "not yet")
+	assert.Equal(t, 0, res.Gaps.Count)
+	fail = false
+	res, err = Apply(ctxT(t), c, p, opts)
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	assert.Equal(t, []string{"c"}, res.Changed)
+	assert.Equal(t, GapSummary{}, res.Gaps)
+	assert.Equal(t, []string{"podCIDRs " + p.Step("c").NewPodCIDRs[0]}, ev.messages("c", PhasePatched), "no kubelet re-registration to mention")
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	assert.True(t, st.Finished)
+}
+
+// TestApplyResumeFindsTheNodeRegisteredAgainByItsKubelet: a run killed
+// after a node's delete, whose kubelet then registered the node again (a new
+// UID, none of the backup's metadata): the resumed run takes the backup over
+// that incarnation instead of calling the plan stale, whether
+// kube-controller-manager gave it podCIDRs meanwhile or not.
+func TestApplyResumeFindsTheNodeRegisteredAgainByItsKubelet(t *testing.T) {
+	for _, assigned := range []string{"", "10.10.9.0/24"} {
+		t.Run("podCIDR="+assigned, func(t *testing.T) {
+			orig := storyOne()
+			c, s := newCluster(orig...)
+			p := w1Plan(t, c)
+			dir := t.TempDir()
+			seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: PhaseBackedUp, Backup: orig[1], DeleteStarted: time.Now().UTC().Add(-time.Second)})
+			require.NoError(t, serverDelete(s, "w1"))
+			fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Labels: map[string]string{"kubernetes.io/hostname": "w1"}},
+				Status: corev1.NodeStatus{Addresses: orig[1].Status.Addresses}}
+			if assigned != "" {
+				fresh.Spec.PodCIDR, fresh.Spec.PodCIDRs = assigned, []string{assigned}
+			}
+			require.NoError(t, serverCreate(s, fresh))
+			kubelets, _ := s.Node("w1")
+
+			rec := record(c)
+			var ev events
+			res, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, OnEvent: ev.add, Retry: fastRetry()})
+			require.NoError(t, err)
+			checkMoved(t, s, orig, p)
+			assert.Equal(t, []string{"w1"}, res.Changed)
+			assert.Equal(t, 1, res.Gaps.Count)
+			assert.GreaterOrEqual(t, res.Gaps.Max, time.Second, "absent since the delete of the killed run")
+			if assigned == "" {
+				assert.Equal(t, []string{"patch w1"}, rec.writes(), "the podCIDRs and the backup's metadata set on the kubelet's node")
+				assert.Equal(t, []string{"podCIDRs 10.20.1.0/24; the kubelet had registered the node again, the backup's metadata was merged back"},
+					ev.messages("w1", PhasePatched))
+			} else {
+				assert.Equal(t, []string{"delete w1", "create w1"}, rec.writes(), "the kubelet's node replaced by the backup")
+				now, _ := s.Node("w1")
+				assert.NotEqual(t, kubelets.UID, now.UID)
+			}
+		})
+	}
+}
+
+// TestApplyCordonedNodeIsBackedUpFromThePatchAnswer: with Cordon a node
+// costs its cordon, delete, create and uncordon, and no GET: the backup is
+// the node as the cordon's answer returned it.
+func TestApplyCordonedNodeIsBackedUpFromThePatchAnswer(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := w1Plan(t, c)
+	rec := record(c)
+	dir := t.TempDir()
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Retry: fastRetry()})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	var nodeCalls []string
+	for _, v := range rec.verbs() {
+		if strings.Fields(v)[1] == "nodes" {
+			nodeCalls = append(nodeCalls, v)
 		}
 	}
-	assert.Contains(t, msgs, "would run hook standby before the delete")
+	assert.Equal(t, []string{"list nodes", "patch nodes", "delete nodes w1", "create nodes w1", "patch nodes"}, nodeCalls)
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	b, ok := st.Backup("w1")
+	require.True(t, ok)
+	assert.True(t, b.Spec.Unschedulable, "the backup is the cordoned node")
+}
+
+// TestApplyNodeReplacedBeforeItsCordonIsNotDeleted: a node deleted and
+// registered again (a new UID) between Apply's LIST and its cordon gets the
+// cordon (a merge patch has no UID precondition), but the answer's UID tells
+// Apply it is another node: it is not backed up nor deleted, and the plan is
+// stale.
+func TestApplyNodeReplacedBeforeItsCordonIsNotDeleted(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	var off offTest
+	var once sync.Once
+	c.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchActionImpl).GetName() != "w1" {
+			return false, nil, nil
+		}
+		once.Do(func() {
+			n, _ := s.Node("w1")
+			off.noError(serverDelete(s, "w1"), "delete w1 before its cordon")
+			n.UID, n.ResourceVersion = "", ""
+			off.noError(serverCreate(s, n), "register w1 again before its cordon")
+		})
+		return false, nil, nil
+	})
+	rec := record(c)
+	dir := t.TempDir()
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Cordon: true, Retry: fastRetry()})
+	off.check(t)
+	var stale *StaleError
+	require.ErrorAs(t, err, &stale)
+	assert.Equal(t, "w1", stale.Changes[0].Node)
+	assert.Equal(t, "uid", stale.Changes[0].Field)
+	assert.Equal(t, []string{"patch w1"}, rec.writes(), "only the cordon")
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	_, ok := st.Backup("w1")
+	assert.False(t, ok, "no backup of the other incarnation")
+}
+
+// TestApplyUnsetCreateGraceKeepsRetryingTheCreate: with CreateGrace unset a
+// run cancelled right after a delete keeps retrying the failing create for
+// DefaultCreateGrace (20 s), not for no time at all; here it goes through
+// 0.5 s after the cancel.
+func TestApplyUnsetCreateGraceKeepsRetryingTheCreate(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var mu sync.Mutex
+	var cancelled time.Time
+	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cancelled.IsZero() {
+			cancelled = time.Now()
+			cancel()
+		}
+		return false, nil, nil
+	})
+	refused := 0
+	c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(cancelled) < 500*time.Millisecond {
+			refused++
+			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+		}
+		return false, nil, nil
+	})
+	_, err := Apply(ctx, c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: fastRetry()})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNodeNotRecreated)
+	w1, ok := s.Node("w1")
+	require.True(t, ok, "w1 was created again")
+	assert.Equal(t, []string{"10.20.1.0/24"}, w1.Spec.PodCIDRs)
+	assert.Positive(t, refused)
+}
+
+// TestApplyResumeRecreatesAMissingNodeWithinTheCreateGrace: the create of a
+// node a resumed run finds missing (its backup in the journal) keeps being
+// retried after the run's context ends, for CreateGrace, like the create
+// that follows a delete.
+func TestApplyResumeRecreatesAMissingNodeWithinTheCreateGrace(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := w1Plan(t, c)
+	dir := t.TempDir()
+	seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: PhaseBackedUp, Backup: orig[1], DeleteStarted: time.Now().UTC()})
+	require.NoError(t, serverDelete(s, "w1"))
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	var mu sync.Mutex
+	creates := 0
+	c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		creates++
+		if creates == 1 {
+			cancel() // the run is interrupted while its first create fails
+			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+		}
+		return false, nil, nil
+	})
+	_, err := Apply(ctx, c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, CreateGrace: 10 * time.Second, Retry: fastRetry()})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, ErrNodeNotRecreated)
+	assert.Equal(t, 2, creates)
+	checkMoved(t, s, orig, p)
+}
+
+// clusterPhases logs, per node, each phase its record in the cluster
+// journal takes, in the order written.
+func clusterPhases(c *fake.Clientset) func() map[string][]Phase {
+	var mu sync.Mutex
+	last := map[string]string{}
+	out := map[string][]Phase{}
+	var bad []string
+	c.PrependReactor("*", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj, ok := a.(interface{ GetObject() runtime.Object })
+		if !ok || (a.GetVerb() != "create" && a.GetVerb() != "update") {
+			return false, nil, nil
+		}
+		cm := obj.GetObject().(*corev1.ConfigMap)
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range cm.Data {
+			if !strings.HasPrefix(k, "node_2f") || last[k] == v {
+				continue
+			}
+			last[k] = v
+			var rec nodeRecord
+			if err := json.Unmarshal([]byte(v), &rec); err != nil {
+				bad = append(bad, k+": "+err.Error())
+				continue
+			}
+			out[rec.Node] = append(out[rec.Node], rec.Phase)
+		}
+		return false, nil, nil
+	})
+	return func() map[string][]Phase {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			out["undecodable"] = []Phase{Phase(strings.Join(bad, "; "))}
+		}
+		return out
+	}
+}
+
+// TestApplyRecordsCreatedOnlyWhenWorkFollows: the journal records a node
+// created only when an uncordon or a hook follows the create; otherwise the
+// record goes from backed-up straight to done.
+func TestApplyRecordsCreatedOnlyWhenWorkFollows(t *testing.T) {
+	hook := Hook{Name: "noop", Run: func(context.Context, *corev1.Node) error { return nil }}
+	for _, tc := range []struct {
+		name   string
+		cordon bool
+		hooks  []Hook
+		want   []Phase
+		w2     []Phase // w2 is unschedulable already: never cordoned
+	}{
+		{"plain", false, nil, []Phase{PhaseBackedUp, PhaseDone}, []Phase{PhaseBackedUp, PhaseDone}},
+		{"hook", false, []Hook{hook}, []Phase{PhaseBackedUp, PhaseCreated, PhaseDone}, []Phase{PhaseBackedUp, PhaseCreated, PhaseDone}},
+		{"cordon", true, nil, []Phase{PhaseCordoned, PhaseBackedUp, PhaseCreated, PhaseDone}, []Phase{PhaseBackedUp, PhaseDone}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := storyOne()
+			c, s := newCluster(orig...)
+			p := rebasePlan(t, c)
+			phases := clusterPhases(c)
+			_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Cordon: tc.cordon, Hooks: tc.hooks,
+				Lock: &kubetest.Lock{ChecksLeft: -1}, ClusterJournal: &ClusterJournal{}, Retry: fastRetry()})
+			require.NoError(t, err)
+			checkMoved(t, s, orig, p)
+			assert.Equal(t, map[string][]Phase{"w1": tc.want, "w2": tc.w2, "w3": tc.want, "master1": tc.want}, phases())
+		})
+	}
+}
+
+// TestApplyWarnsWhenANodeWasAbsentCloseToThePodGCQuarantine: a node whose
+// create comes more than half of PodGCQuarantine after its delete (here a
+// resumed run, 30 s after the delete) is reported with its gap and the
+// quarantine; a node absent for milliseconds is not.
+func TestApplyWarnsWhenANodeWasAbsentCloseToThePodGCQuarantine(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	dir := t.TempDir()
+	seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: PhaseBackedUp, Backup: orig[1], DeleteStarted: time.Now().UTC().Add(-30 * time.Second)})
+	require.NoError(t, serverDelete(s, "w1"))
+	var ev events
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, OnEvent: ev.add, Retry: fastRetry()})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	w1 := ev.messages("w1", PhaseCreated)
+	require.Len(t, w1, 1)
+	assert.Regexp(t, `^uid .*, podCIDRs 10\.20\.1\.0/24; the node was absent 3\d(\.\d+)?s, close to the pod GC's 40s$`, w1[0])
+	for _, n := range []string{"w2", "w3", "master1"} {
+		created := ev.messages(n, PhaseCreated)
+		require.Len(t, created, 1, n)
+		assert.NotContains(t, created[0], "absent", n)
+	}
+}
+
+// TestApplyStopsWhenTheKubeletKeepsRegisteringTheNode: a node registered
+// again (with podCIDRs from kube-controller-manager) after each of its
+// deletes is deleted again three times at most; then the run stops with
+// ErrNodeNotRecreated, the backup in the journal.
+func TestApplyStopsWhenTheKubeletKeepsRegisteringTheNode(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := rebasePlan(t, c)
+	var off offTest
+	deletes := 0
+	c.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteActionImpl).GetName()
+		handled, obj, err := s.Handle(a)
+		if name == "w1" && err == nil {
+			deletes++
+			if deletes <= 10 { // a mutant that never gives up ends here, not at -timeout
+				fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Labels: map[string]string{"kubernetes.io/hostname": "w1"}},
+					Spec: corev1.NodeSpec{PodCIDR: "10.10.9.0/24", PodCIDRs: []string{"10.10.9.0/24"}}}
+				off.noError(serverCreate(s, fresh), "the kubelet registering w1 again")
+			}
+		}
+		return handled, obj, err
+	})
+	dir := t.TempDir()
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+	off.check(t)
+	require.ErrorIs(t, err, ErrNodeNotRecreated)
+	assert.ErrorContains(t, err, "node w1 keeps being registered with podCIDRs 10.10.9.0/24")
+	assert.Equal(t, 4, deletes, "the planned delete and three of the kubelet's nodes")
+	st, err := ReadJournal(dir)
+	require.NoError(t, err)
+	_, ok := st.Backup("w1")
+	assert.True(t, ok)
+}
+
+// TestApplyCreateBackoffDoubles: the create that follows a delete waits
+// Retry.Initial after its first transient failure and twice as long after
+// each next one. The waits are lower bounds (a timer never fires early).
+func TestApplyCreateBackoffDoubles(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := w1Plan(t, c)
+	var mu sync.Mutex
+	var at []time.Time
+	c.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) <= 3 {
+			return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
+		}
+		return false, nil, nil
+	})
+	retry := Retry{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Timeout: time.Minute}
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Retry: retry})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	require.Len(t, at, 4)
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
+		assert.GreaterOrEqual(t, at[i+1].Sub(at[i]), want, "wait before create %d", i+2)
+	}
+}
+
+// TestApplyHooksSeeTheNodeUncordoned: with Cordon, the hooks get the node
+// as the uncordon returned it: schedulable again, its latest
+// resourceVersion.
+func TestApplyHooksSeeTheNodeUncordoned(t *testing.T) {
+	orig := storyOne()
+	c, s := newCluster(orig...)
+	p := w1Plan(t, c)
+	var seen *corev1.Node
+	hook := Hook{Name: "look", Run: func(_ context.Context, n *corev1.Node) error {
+		seen = n
+		return nil
+	}}
+	_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir(), Cordon: true, Hooks: []Hook{hook}, Retry: fastRetry()})
+	require.NoError(t, err)
+	checkMoved(t, s, orig, p)
+	require.NotNil(t, seen)
+	assert.False(t, seen.Spec.Unschedulable)
+	now, _ := s.Node("w1")
+	assert.Equal(t, now.ResourceVersion, seen.ResourceVersion)
 }

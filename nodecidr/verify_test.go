@@ -1,6 +1,7 @@
 package nodecidr
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -85,4 +86,26 @@ func TestVerifyFailsForAPlannedNodeThatLostItsPodCIDRs(t *testing.T) {
 	assert.Equal(t, FindingNotApplied, v.Findings[0].Kind)
 	assert.Equal(t, []string{"w2"}, v.Findings[0].Nodes)
 	assert.Equal(t, cidr.SeverityError, v.Findings[0].Severity)
+}
+
+// TestVerifyRefusesTheJournalOfAnotherPlan: Verify compares nodes with the
+// backups of the plan it is given, never another plan's; a journal directory
+// that holds no run adds no check.
+func TestVerifyRefusesTheJournalOfAnotherPlan(t *testing.T) {
+	ctx := ctxT(t)
+	c, _ := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	other, err := MakePlan(ctx, c, PlanOptions{Mode: ModeRebase, Names: []string{"w1"}, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.30.0.0/16")}})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	_, err = Apply(ctx, c, other, ApplyOptions{JournalDir: dir, Retry: fastRetry()})
+	require.NoError(t, err)
+	_, err = Verify(ctx, c, p, VerifyOptions{JournalDir: dir})
+	require.ErrorIs(t, err, ErrJournalConflict)
+	assert.ErrorContains(t, err, "holds plan "+other.ID()+", not "+p.ID())
+
+	v, err := Verify(ctx, c, other, VerifyOptions{JournalDir: filepath.Join(t.TempDir(), "none")})
+	require.NoError(t, err)
+	assert.True(t, v.OK, "%v", v.Findings)
+	assert.Equal(t, 1, v.Checked)
 }
