@@ -1439,35 +1439,17 @@ func (m *FlannelPodCIDRMigration) agentOnMovedNode(ctx context.Context, node *co
 // waits for their reports. It returns the wants of the nodes that have no
 // agent.
 func (m *FlannelPodCIDRMigration) agentsCleanup(ctx context.Context, sr *StepReport) ([]nodenet.Want, error) {
-	var without []nodenet.Want
-	gens := map[string]int64{}
-	wants, err := func() ([]nodenet.Want, error) {
-		m.pubMu.Lock()
-		defer m.pubMu.Unlock()
-		wants, err := m.HostWants(ctx)
-		if err != nil {
-			return nil, err
-		}
+	wants, gens, without, err := m.publish(ctx, m.HostWants, m.mode == ModeApply)
+	if err != nil {
+		return nil, err
+	}
+	if m.mode != ModeApply {
 		for _, w := range wants {
-			present, err := m.agents.Present(ctx, w.Node)
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case !present:
-				without = append(without, w)
-			case m.mode != ModeApply:
+			if !slices.ContainsFunc(without, func(o nodenet.Want) bool { return o.Node == w.Node }) {
 				sr.Addf("node %s: its host agent will make the host hold podCIDR %s in Network %s", w.Node, w.PodCIDR, w.Network)
-			default:
-				if gens[w.Node], err = m.agents.Publish(ctx, w); err != nil {
-					return nil, err
-				}
 			}
 		}
-		return wants, nil
-	}()
-	if err != nil || len(gens) == 0 {
-		return without, err
+		return without, nil
 	}
 	got, err := m.agents.WaitAll(ctx, gens)
 	if err != nil {

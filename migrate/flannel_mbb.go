@@ -231,41 +231,14 @@ func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.N
 // its report (HostAgents.Wait). Nodes without a running agent are named in
 // the step report (mbbPreflight refused them at the start).
 func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, when string, compute func(context.Context) ([]nodenet.Want, error)) error {
-	m.agents.defaults() // once, before the goroutines read it
-	m.pubMu.Lock()
-	wants, err := compute(ctx)
+	wants, gens, without, err := m.publish(ctx, compute, true)
 	if err != nil {
-		m.pubMu.Unlock()
-		return err
-	}
-	gens := make([]int64, len(wants))
-	errs := make([]error, len(wants))
-	var wg sync.WaitGroup
-	for i, w := range wants {
-		wg.Go(func() {
-			present, err := m.agents.Present(ctx, w.Node)
-			switch {
-			case err != nil:
-				errs[i] = err
-			case !present:
-				m.note(fmt.Sprintf("node %s: no host agent runs there; it gets no want", w.Node))
-			default:
-				gens[i], errs[i] = m.agents.Publish(ctx, w)
-			}
-		})
-	}
-	wg.Wait()
-	m.pubMu.Unlock()
-	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%s: %w", when, err)
 	}
-	wait := map[string]int64{}
-	for i, w := range wants {
-		if gens[i] != 0 {
-			wait[w.Node] = gens[i]
-		}
+	for _, w := range without {
+		m.note(fmt.Sprintf("node %s: no host agent runs there; it gets no want", w.Node))
 	}
-	if _, err := m.agents.WaitAll(ctx, wait); err != nil {
+	if _, err := m.agents.WaitAll(ctx, gens); err != nil {
 		return fmt.Errorf("%s: %w", when, err)
 	}
 	var kept []string
@@ -278,6 +251,51 @@ func (m *FlannelPodCIDRMigration) publishWants(ctx context.Context, when string,
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("host wants published", "when", when, "nodes", len(wants), "keepingOldSubnetsOf", kept)
 	return nil
+}
+
+// publish computes wants and, under pubMu, publishes each to its node's
+// agent when apply is set, all at once. It returns the wants, the
+// generations published (node -> generation) and the wants of the nodes
+// without a running agent, in the wants' order.
+func (m *FlannelPodCIDRMigration) publish(ctx context.Context, compute func(context.Context) ([]nodenet.Want, error), apply bool) ([]nodenet.Want, map[string]int64, []nodenet.Want, error) {
+	m.agents.defaults() // once, before the goroutines read it
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	wants, err := compute(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gens := make([]int64, len(wants))
+	absent := make([]bool, len(wants))
+	errs := make([]error, len(wants))
+	var wg sync.WaitGroup
+	for i, w := range wants {
+		wg.Go(func() {
+			present, err := m.agents.Present(ctx, w.Node)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !present:
+				absent[i] = true
+			case apply:
+				gens[i], errs[i] = m.agents.Publish(ctx, w)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, nil, err
+	}
+	published := map[string]int64{}
+	var without []nodenet.Want
+	for i, w := range wants {
+		if absent[i] {
+			without = append(without, w)
+		} else if gens[i] != 0 {
+			published[w.Node] = gens[i]
+		}
+	}
+	return wants, published, without, nil
 }
 
 // mbbTeardown publishes the wants again once the node's pods were replaced:
