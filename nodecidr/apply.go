@@ -777,10 +777,20 @@ func (r *runner) runAll(ctx context.Context, steps []*Step, conc int, limiter fl
 		if r.firstErr() != nil || ctx.Err() != nil {
 			break
 		}
+		// The limiter also refuses, before ctx is done, a wait that would
+		// end after ctx's deadline: the run stops with an error, never
+		// with nodes left unmoved and no error.
 		if err := limiter.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				break // interrupted: Apply says so and how to resume
+			}
+			r.fail(fmt.Errorf("node %s not started: waiting for the rate limit (%v nodes a second): %w", s.Node, r.opts.RateLimit, err))
 			break
 		}
-		ch <- s
+		select {
+		case ch <- s:
+		case <-ctx.Done():
+		}
 	}
 	close(ch)
 	wg.Wait()
