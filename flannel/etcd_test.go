@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -120,9 +122,14 @@ func TestEtcdTLS(t *testing.T) {
 	}
 
 	// With the flanneld inputs it works, and TTLs of unknown leases read as -1.
-	kv, err = DialEtcd(ctx, etcdConfig(srv))
+	// At V(1) the connection says it uses TLS with a client certificate.
+	var dialLog []string
+	logCtx := logr.NewContext(ctx, funcr.New(func(_, args string) { dialLog = append(dialLog, args) }, funcr.Options{Verbosity: 1}))
+	kv, err = DialEtcd(logCtx, etcdConfig(srv))
 	require.NoError(t, err)
 	defer kv.Close()
+	require.Len(t, dialLog, 1)
+	assert.Contains(t, dialLog[0], `"tls"=true "clientCert"=true "caFile"=`)
 	ttl, err := kv.TimeToLive(ctx, 12345)
 	require.NoError(t, err)
 	assert.EqualValues(t, -1, ttl.TTLSeconds)
@@ -160,4 +167,32 @@ func TestDialEtcdRefusesAnEndpointWithoutHostOrPath(t *testing.T) {
 	_, err := DialEtcd(t.Context(), EtcdConfig{Endpoints: []string{"https://"}})
 	require.ErrorIs(t, err, ErrInvalidRequest)
 	assert.ErrorContains(t, err, `etcd endpoint "https://" is not a URL`)
+}
+
+// TestEtcdConfigUnsetTimeoutsGetTheirDefaults: a zero or negative timeout
+// means the default (a zero request timeout would fail every request at
+// once, a zero dial timeout would let an authenticating dial to a dead etcd
+// hang), and a timeout the caller gave is kept.
+func TestEtcdConfigUnsetTimeoutsGetTheirDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		dial, request       time.Duration
+		wantDial, wantRqust time.Duration
+	}{
+		{"unset", 0, 0, DefaultDialTimeout, DefaultRequestTimeout},
+		{"negative", -time.Second, -time.Second, DefaultDialTimeout, DefaultRequestTimeout},
+		{"given", 2 * time.Second, 3 * time.Second, 2 * time.Second, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := EtcdConfig{Endpoints: []string{"http://127.0.0.1:1"}, DialTimeout: tc.dial, RequestTimeout: tc.request}
+			got := cfg.withDefaults()
+			assert.Equal(t, tc.wantDial, got.DialTimeout, "DialTimeout")
+			assert.Equal(t, tc.wantRqust, got.RequestTimeout, "RequestTimeout")
+
+			kv, err := DialEtcd(t.Context(), cfg)
+			require.NoError(t, err)
+			defer kv.Close()
+			assert.Equal(t, tc.wantRqust, kv.requestTimeout, "the request timeout DialEtcd's KV uses")
+		})
+	}
 }

@@ -103,6 +103,18 @@ func (c EtcdConfig) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// withDefaults is the config with DefaultDialTimeout and
+// DefaultRequestTimeout in place of unset (zero or negative) timeouts.
+func (c EtcdConfig) withDefaults() EtcdConfig {
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	return c
+}
+
 // EtcdKV is the KV over a real etcd v3 cluster.
 type EtcdKV struct {
 	cli            *clientv3.Client
@@ -127,12 +139,7 @@ func DialEtcd(ctx context.Context, cfg EtcdConfig) (*EtcdKV, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
+	cfg = cfg.withDefaults()
 	log.V(1).Info("connecting to etcd", "endpoints", cfg.Endpoints, "tls", tlsCfg != nil,
 		"clientCert", cfg.CertFile != "", "caFile", cfg.CAFile)
 	cli, err := clientv3.New(clientv3.Config{
