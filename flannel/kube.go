@@ -439,8 +439,9 @@ type NetConfResult struct {
 // KubeApplyOptions tunes ApplyNetConf.
 type KubeApplyOptions struct {
 	DryRun DryRun
-	// Lock, when set, is taken before the update and held until
-	// ApplyNetConf returns (dry runs do not take it). Use the Lease of
+	// Lock, when set, is taken and checked before the update and held
+	// until ApplyNetConf returns (dry runs do not take it); a lock its holder
+	// no longer holds is refused and nothing is written. Use the Lease of
 	// LockScope.
 	Lock Locker
 }
@@ -497,7 +498,7 @@ func ApplyNetConf(ctx context.Context, c kubernetes.Interface, p *NetConfPlan, o
 		return &NetConfResult{Outcome: OutcomeWouldApply, ResourceVersion: cm.ResourceVersion}, nil
 	}
 	if opts.DryRun == DryRunNone {
-		release, err := lease.Hold(ctx, opts.Lock)
+		release, err := lease.HoldFor(ctx, opts.Lock, "not updating ConfigMap "+obj)
 		if err != nil {
 			return nil, err
 		}

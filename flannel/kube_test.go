@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/internal/kubetest"
 )
 
 // netConfYAMLText is net-conf.json as kube-flannel.yml ships it.
@@ -208,6 +210,12 @@ func TestNetConfPlanApply(t *testing.T) {
 	assert.Equal(t, "{\n  \"Network\": \"10.20.0.0/16\",\n  \"EnableNFTables\": false,\n  \"Backend\": {\n    \"Type\": \"vxlan\"\n  }\n}\n", p.NewRaw,
 		"only the Network value changes; formatting and other keys are kept")
 	assert.Equal(t, []string{"node-a"}, p.NodesOutside)
+	require.Len(t, p.Warnings, 2, "restart flanneld, and the node outside the new network")
+	assert.Contains(t, p.Warnings[1], "1 node(s) have a podCIDR outside the new network")
+	inside, err := PlanNetConf(nc, SetNetworkRequest{Network: netip.MustParsePrefix("10.0.0.0/8")}, nodes)
+	require.NoError(t, err)
+	assert.Empty(t, inside.NodesOutside)
+	assert.Len(t, inside.Warnings, 1, "every node inside the new network: only the restart")
 
 	// Client dry run: checks, writes nothing. Server dry run: sent with dryRun=All.
 	r, err := ApplyNetConf(ctx, cs, p, KubeApplyOptions{DryRun: DryRunClient})
@@ -293,4 +301,111 @@ func TestApplyNetConfForbidden(t *testing.T) {
 	assert.Zero(t, *updates)
 	_, err = ApplyNetConf(ctx, cs, nil, KubeApplyOptions{})
 	assert.ErrorIs(t, err, ErrInvalidRequest)
+}
+
+// TestNodeFromObjectReadsWhatFlanneldReads: the podCIDRs (spec.podCIDR when
+// spec.podCIDRs is empty, never in place of a non-empty spec.podCIDRs), the
+// internal and external addresses that parse (not the hostname, not a value
+// that does not parse), and the public-ip and public-ipv6 annotations.
+func TestNodeFromObjectReadsWhatFlanneldReads(t *testing.T) {
+	keys, err := NewAnnotationKeys(DefaultAnnotationPrefix)
+	require.NoError(t, err)
+	mk := func(podCIDR string, podCIDRs ...string) *corev1.Node {
+		return &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{
+				keys.PublicIP:   "192.168.0.11",
+				keys.PublicIPv6: "fd00::11",
+				"other/x":       "y",
+			}},
+			Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: podCIDRs},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeHostName, Address: "n1"},
+				{Type: corev1.NodeInternalIP, Address: "192.168.0.11"},
+				{Type: corev1.NodeExternalIP, Address: "203.0.113.11"},
+				{Type: corev1.NodeInternalDNS, Address: "10.9.9.9"},
+				{Type: corev1.NodeInternalIP, Address: "not-an-ip"},
+			}},
+		}
+	}
+
+	got := NodeFromObject(mk("10.244.1.0/24"), keys)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, got.PodCIDRs, "spec.podCIDR when spec.podCIDRs is empty")
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("192.168.0.11"), netip.MustParseAddr("203.0.113.11")}, got.Addresses)
+	assert.Equal(t, netip.MustParseAddr("192.168.0.11"), got.PublicIP)
+	assert.Equal(t, netip.MustParseAddr("fd00::11"), got.PublicIPv6)
+	assert.Equal(t, map[string]string{keys.PublicIP: "192.168.0.11", keys.PublicIPv6: "fd00::11"}, got.Annotations)
+
+	got = NodeFromObject(mk("10.244.1.0/24", "10.244.1.0/24", "fd00:10:244:1::/64"), keys)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}, got.PodCIDRs, "spec.podCIDRs, both families")
+
+	got = NodeFromObject(mk(""), keys)
+	assert.Empty(t, got.PodCIDRs, "no podCIDR at all")
+	assert.Empty(t, got.PodCIDRErrors)
+
+	got = NodeFromObject(mk("10.244.1.0/33"), keys)
+	assert.Empty(t, got.PodCIDRs)
+	assert.Equal(t, []string{"10.244.1.0/33"}, got.PodCIDRErrors)
+}
+
+// TestAuditKubeFindsTooManyPodCIDRsAndSharedPublicIPs: a node with three
+// podCIDRs (one of them unparsable) is one flanneld refuses, and nodes that
+// announce one public-ip are reported together, once, while a node with a
+// public-ip of its own is not.
+func TestAuditKubeFindsTooManyPodCIDRsAndSharedPublicIPs(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}}`))
+	require.NoError(t, err)
+	pfx := netip.MustParsePrefix
+	ip := netip.MustParseAddr
+	nodes := []Node{
+		{Name: "n1", PodCIDR: "10.244.1.0/24", PodCIDRs: []netip.Prefix{pfx("10.244.1.0/24"), pfx("10.244.2.0/24")}, PodCIDRErrors: []string{"x"}, KubeSubnetManager: true, BackendType: "vxlan", PublicIP: ip("192.168.0.1")},
+		{Name: "n2", PodCIDR: "10.244.3.0/24", PodCIDRs: []netip.Prefix{pfx("10.244.3.0/24")}, KubeSubnetManager: true, BackendType: "vxlan", PublicIP: ip("192.168.0.9")},
+		{Name: "n3", PodCIDR: "10.244.4.0/24", PodCIDRs: []netip.Prefix{pfx("10.244.4.0/24")}, KubeSubnetManager: true, BackendType: "vxlan", PublicIP: ip("192.168.0.9")},
+	}
+	rep := AuditKube(&NetConf{Config: c}, nodes)
+	var count, dup []Finding
+	for _, f := range rep.Findings {
+		switch {
+		case f.Kind == FindingPodCIDRInvalid && strings.Contains(f.Detail, "podCIDRs;"):
+			count = append(count, f)
+		case f.Kind == FindingDuplicatePublicIP:
+			dup = append(dup, f)
+		}
+	}
+	require.Len(t, count, 1)
+	assert.Equal(t, []string{"n1"}, count[0].Nodes)
+	assert.Contains(t, count[0].Detail, "the node has 3 podCIDRs")
+	require.Len(t, dup, 1)
+	assert.Equal(t, []string{"n2", "n3"}, dup[0].Nodes)
+	assert.Contains(t, dup[0].Detail, "public-ip 192.168.0.9")
+}
+
+// TestApplyNetConfTakesAndChecksTheLock: a real update takes the lock and
+// checks it is still held; a lock its run lost is refused and nothing is
+// written. Dry runs take no lock.
+func TestApplyNetConfTakesAndChecksTheLock(t *testing.T) {
+	ctx := context.Background()
+	cs, updates := newKubeFake(t, allowAll, flannelConfigMap())
+	nc, err := ReadNetConf(ctx, cs, KubeOptions{})
+	require.NoError(t, err)
+	p, err := PlanNetConf(nc, SetNetworkRequest{Network: netip.MustParsePrefix("10.20.0.0/16")}, nil)
+	require.NoError(t, err)
+
+	lost := &kubetest.Lock{ChecksLeft: 0}
+	_, err = ApplyNetConf(ctx, cs, p, KubeApplyOptions{Lock: lost})
+	require.ErrorIs(t, err, kubetest.ErrLockLost)
+	assert.ErrorContains(t, err, "not updating ConfigMap kube-flannel/kube-flannel-cfg")
+	assert.Zero(t, *updates)
+	assert.False(t, lost.Held(), "released")
+
+	r, err := ApplyNetConf(ctx, cs, p, KubeApplyOptions{Lock: &kubetest.Lock{ChecksLeft: 0}, DryRun: DryRunServer})
+	require.NoError(t, err, "a dry run takes no lock")
+	assert.Equal(t, OutcomeWouldApply, r.Outcome)
+
+	held := &kubetest.Lock{ChecksLeft: 1}
+	r, err = ApplyNetConf(ctx, cs, p, KubeApplyOptions{Lock: held})
+	require.NoError(t, err)
+	assert.Equal(t, OutcomeApplied, r.Outcome)
+	assert.Equal(t, 1, *updates)
+	assert.Zero(t, held.ChecksLeft, "checked once")
+	assert.False(t, held.Held(), "released after the update")
 }
