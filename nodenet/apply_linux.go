@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 
+	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/internal/subnetenv"
 )
 
@@ -204,46 +205,10 @@ func writeSubnetEnv(a *Action) (Status, string, error) {
 			subnetenv.Network, prefixString(env.Network), subnetenv.Subnet, prefixString(env.Subnet)), nil
 	}
 	env.Subnet, env.Network = c.Subnet, c.Network
-	if err := writeAtomic(a.Path, env.Render(), fi.Mode().Perm()); err != nil {
+	if err := journal.WriteFileAtomic(a.Path, env.Render(), fi.Mode().Perm()); err != nil {
 		return "", "", err
 	}
 	return StatusDone, a.Why, nil
-}
-
-// writeAtomic replaces path by data: a synced temporary file renamed over it,
-// then the directory synced, so a reader sees the old or the new file.
-func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (h *host) setMAC(a *Action) (Status, string, error) {
