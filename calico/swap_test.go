@@ -144,6 +144,7 @@ func TestSwapRolloutBothAPIs(t *testing.T) {
 			res2, err := calico.Apply(ctx, e.cl, plan, fastOptions(opts.JournalDir))
 			require.NoError(t, err)
 			assert.True(t, res2.Done)
+			assert.Equal(t, calico.PhaseDone, res2.Phase, "a finished swap reports the done phase")
 			assert.Equal(t, before, len(writeActions(e)), "a finished swap writes nothing")
 			assert.Empty(t, e.simErrors())
 		})
@@ -184,9 +185,24 @@ func TestSwapBarePodBlocksDeletion(t *testing.T) {
 	assert.Contains(t, plan.Blocked[0].Reason, "bare pod")
 
 	dir := t.TempDir()
-	res, err := calico.Apply(ctx, e.cl, plan, fastOptions(dir))
+	opts := fastOptions(dir)
+	opts.OnEvent = e.onEvent
+	res, err := calico.Apply(ctx, e.cl, plan, opts)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, calico.ErrLeftovers)
+	// The pod it cannot move is reported once, before anything moves, and
+	// with a live pod left there is no waiting for leftovers to drain.
+	blocked := e.eventsOf(calico.EventBlocked)
+	require.Len(t, blocked, 1)
+	assert.Equal(t, "Pod default/debug", blocked[0].Object)
+	for _, ev := range e.events {
+		if ev.Type == calico.EventBlocked {
+			break
+		}
+		assert.NotEqual(t, calico.EventRestart, ev.Type, "a restart before the blocked pod was reported")
+		assert.NotEqual(t, calico.EventEvict, ev.Type, "an eviction before the blocked pod was reported")
+	}
+	assert.Empty(t, e.eventsOf(calico.EventLeftoversWait), "a live pod is left: nothing to wait for")
 	var le *calico.LeftoversError
 	require.ErrorAs(t, err, &le)
 	require.Len(t, le.Verify.PodsLeft, 1)
@@ -219,11 +235,15 @@ func TestSwapBarePodBlocksDeletion(t *testing.T) {
 	require.NoError(t, err)
 
 	// Forced: the pool goes although the bare pod keeps its address.
-	opts := fastOptions(dir)
+	opts = fastOptions(dir)
 	opts.Force = true
+	opts.OnEvent = e.onEvent
 	res, err = calico.Apply(ctx, e.cl, plan, opts)
 	require.NoError(t, err)
 	assert.True(t, res.OldPoolDeleted)
+	deleted := e.eventsOf(calico.EventDeletePool)
+	require.Len(t, deleted, 1)
+	assert.Contains(t, deleted[0].Message, `delete IPPool "default-ipv4-ippool" (10.233.64.0/18) despite leftovers (forced): 1 pod(s) still have addresses in 10.233.64.0/18: default/debug`)
 	assert.Equal(t, []string{"default/debug"}, e.podsIn(oldCIDR))
 }
 
