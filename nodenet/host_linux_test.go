@@ -1,7 +1,11 @@
 package nodenet
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +62,20 @@ func TestDataplaneLinkStateNamesTheMaster(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, st)
 	assert.Empty(t, st.master)
+}
+
+// TestReadFileReadsUpToItsLimit: a host file of exactly maxFile bytes is
+// read whole; one byte more is refused, never read cut short.
+func TestReadFileReadsUpToItsLimit(t *testing.T) {
+	dir := t.TempDir()
+	exact := filepath.Join(dir, "exact")
+	require.NoError(t, os.WriteFile(exact, bytes.Repeat([]byte("a"), maxFile), 0o600))
+	data, err := readFile(exact)
+	require.NoError(t, err)
+	assert.Len(t, data, maxFile)
+
+	over := filepath.Join(dir, "over")
+	require.NoError(t, os.WriteFile(over, bytes.Repeat([]byte("a"), maxFile+1), 0o600))
+	_, err = readFile(over)
+	assert.ErrorContains(t, err, fmt.Sprintf("larger than %d bytes", maxFile))
 }
