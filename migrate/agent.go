@@ -376,6 +376,8 @@ type Agent struct {
 	Rounds int
 
 	host hostCalls // nodenet's, but in tests
+	// after is time.After, but in tests: the wait between rounds.
+	after func(time.Duration) <-chan time.Time
 }
 
 // hostCalls are the nodenet calls of an agent's round.
@@ -413,6 +415,9 @@ func (a *Agent) defaults() error {
 	}
 	if a.host.audit == nil {
 		a.host = hostCalls{nodenet.Audit, nodenet.Apply, nodenet.Verify}
+	}
+	if a.after == nil {
+		a.after = time.After
 	}
 	return nil
 }
@@ -662,7 +667,7 @@ func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
 		select {
 		case <-ctx.Done():
 			return fail(ctx.Err())
-		case <-time.After(wait):
+		case <-a.after(wait):
 		}
 		wait *= 2
 	}

@@ -341,6 +341,7 @@ func TestAgentRepairsWhatWasUndoneAfterItConverged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, HostConverged, st.Phase)
 	assert.Equal(t, 1, h.applies)
+	assert.Empty(t, st.Actions, "a first carry-out repairs nothing: no \"undone\" line")
 
 	st, err = a.Once(t.Context())
 	require.NoError(t, err)
