@@ -32,3 +32,24 @@ func TestDataplaneDeleteRouteMatchesTheDevice(t *testing.T) {
 	assert.Equal(t, StatusDone, st)
 	assert.NotContains(t, n.routeLines(), "10.99.0.0/24 dev bra")
 }
+
+// TestDataplaneBridgeKeepsAnOldGatewayTheTransitionDoesNotServe: the bridge's
+// set-address that takes away an old gateway the plan moves to the
+// transition waits while the transition does not serve it (its veth, proxy
+// entry and route are missing); other actions on the bridge are not held.
+func TestDataplaneBridgeKeepsAnOldGatewayTheTransitionDoesNotServe(t *testing.T) {
+	n := newTestNode(t)
+	n.bridge("cni0", "10.244.3.1/24")
+	h, err := openHost(n.want("n1", "10.244.9.0/24", ""))
+	require.NoError(t, err)
+	defer h.close()
+	link, _ := TransitionLinks("cni0")
+	old := netip.MustParsePrefix("10.244.3.1/24")
+	p := &Plan{Bridge: "cni0", Actions: []Action{
+		{Kind: ActionSetTransition, Link: link, Add: old},
+		{Kind: ActionSetAddress, Link: "cni0", Add: netip.MustParsePrefix("10.244.9.1/24"), Remove: []netip.Prefix{old}},
+		{Kind: ActionDeleteRoute, Link: "cni0", Remove: []netip.Prefix{old}, Route: &Route{Dst: netip.MustParsePrefix("10.244.3.0/24"), Dev: "cni0"}},
+	}}
+	assert.Equal(t, "the transition does not serve the old gateway 10.244.3.1/24 yet; taking it off cni0 would cut the old pods off", h.unmoved(p, &p.Actions[1]))
+	assert.Empty(t, h.unmoved(p, &p.Actions[2]), "only the bridge's set-address is held")
+}
