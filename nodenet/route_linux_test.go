@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 )
 
 // TestDataplaneDeleteRouteMatchesTheDevice: a route to delete names its
@@ -52,4 +53,16 @@ func TestDataplaneBridgeKeepsAnOldGatewayTheTransitionDoesNotServe(t *testing.T)
 	}}
 	assert.Equal(t, "the transition does not serve the old gateway 10.244.3.1/24 yet; taking it off cni0 would cut the old pods off", h.unmoved(p, &p.Actions[1]))
 	assert.Empty(t, h.unmoved(p, &p.Actions[2]), "only the bridge's set-address is held")
+
+	// The veth with the gateway's host route and the proxy entry, but not
+	// yet the old subnet's route through the bridge: still held.
+	_, port := TransitionLinks("cni0")
+	veth := n.addLink(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: port})
+	n.route("10.244.3.1/32", "", veth, false, 0)
+	br, err := n.nl.LinkByName("cni0")
+	require.NoError(t, err)
+	require.NoError(t, n.nl.NeighAdd(&netlink.Neigh{LinkIndex: br.Attrs().Index, Family: netlink.FAMILY_V4, Flags: netlink.NTF_PROXY, IP: old.Addr().AsSlice()}))
+	assert.NotEmpty(t, h.unmoved(p, &p.Actions[1]), "the old subnet's route through the bridge is missing")
+	n.route("10.244.3.0/24", "", br, false, TransitionMetric)
+	assert.Empty(t, h.unmoved(p, &p.Actions[1]), "the transition serves the old gateway")
 }
