@@ -45,8 +45,7 @@ type quiet struct {
 	pools calico.PoolStore
 	cl    calico.Cluster
 
-	mu     sync.Mutex
-	events []calico.Event
+	eventLog
 }
 
 var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
@@ -72,24 +71,6 @@ func newQuiet(t *testing.T, objs []runtime.Object, dynObjs ...runtime.Object) *q
 	q := &quiet{kube: kube, dyn: dyn, pools: calico.NewCRDStore(dyn)}
 	q.cl = calico.Cluster{Kube: kube, Pools: q.pools, Blocks: calico.NewCRDBlockSource(dyn), Dynamic: dyn}
 	return q
-}
-
-func (q *quiet) onEvent(ev calico.Event) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.events = append(q.events, ev)
-}
-
-func (q *quiet) eventsOf(typ calico.EventType) []calico.Event {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var out []calico.Event
-	for _, ev := range q.events {
-		if ev.Type == typ {
-			out = append(out, ev)
-		}
-	}
-	return out
 }
 
 func (q *quiet) podExists(t *testing.T, ns, name string) bool {

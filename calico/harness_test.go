@@ -41,8 +41,14 @@ type env struct {
 	work  *calicotest.Workloads
 	stop  func()
 
-	mu     sync.Mutex
-	errs   []error
+	mu   sync.Mutex
+	errs []error
+	eventLog
+}
+
+// eventLog records the events an Apply emits, from whichever goroutine.
+type eventLog struct {
+	emu    sync.Mutex
 	events []calico.Event
 }
 
@@ -219,17 +225,17 @@ func contains(prefix, ip string) bool {
 	return err == nil && netip.MustParsePrefix(prefix).Contains(a)
 }
 
-func (e *env) onEvent(ev calico.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.events = append(e.events, ev)
+func (l *eventLog) onEvent(ev calico.Event) {
+	l.emu.Lock()
+	defer l.emu.Unlock()
+	l.events = append(l.events, ev)
 }
 
-func (e *env) eventsOf(typ calico.EventType) []calico.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (l *eventLog) eventsOf(typ calico.EventType) []calico.Event {
+	l.emu.Lock()
+	defer l.emu.Unlock()
 	var out []calico.Event
-	for _, ev := range e.events {
+	for _, ev := range l.events {
 		if ev.Type == typ {
 			out = append(out, ev)
 		}
