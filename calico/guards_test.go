@@ -48,6 +48,14 @@ type quiet struct {
 	eventLog
 }
 
+// plan makes the swap plan of request() on q's cluster.
+func (q *quiet) plan(t *testing.T) *calico.SwapPlan {
+	t.Helper()
+	plan, err := calico.Plan(context.Background(), q.cl, request())
+	require.NoError(t, err)
+	return plan
+}
+
 var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
 
 func newQuiet(t *testing.T, objs []runtime.Object, dynObjs ...runtime.Object) *quiet {
@@ -176,8 +184,7 @@ func TestApplyEvictsWhatARolloutLeftBehind(t *testing.T) {
 	q := newQuiet(t, objs)
 	replacesOnRestart(q.kube, "coredns", "web")
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	opts := fastOptions(t.TempDir())
 	opts.OnEvent = q.onEvent
 	res, err := calico.Apply(ctx, q.cl, plan, opts)
@@ -227,8 +234,7 @@ func TestApplyReportsPodsThatDoNotLeave(t *testing.T) {
 		return true, nil, apierrors.NewNotFound(podsGVR.GroupResource(), "lonely-1")
 	})
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	res, err := calico.Apply(ctx, q.cl, plan, fastOptions(t.TempDir()))
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, calico.ErrLeftovers)
@@ -291,8 +297,7 @@ func TestApplyStopsMovingAfterMaxPasses(t *testing.T) {
 func TestApplyEvictsNoPodAfterTheLockIsLost(t *testing.T) {
 	q := newQuiet(t, lonelyPods("default", "lonely", "10.233.64.4"))
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	lock := &kubetest.Lock{ChecksLeft: 0}
 	opts := fastOptions(t.TempDir())
 	opts.Lock = lock
@@ -344,12 +349,11 @@ func TestApplyEvictsNoPodAfterTheLockIsLost(t *testing.T) {
 func TestApplyRefusesAPlanMadeThroughTheOtherCalicoAPI(t *testing.T) {
 	q := newQuiet(t, nil)
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	cs, _ := calicotest.NewV3(v3PoolObject(oldPoolName, oldPoolSpec()))
 	v3 := q.cl
 	v3.Pools = calico.NewV3Store(cs)
-	_, err = calico.Apply(ctx, v3, plan, fastOptions(t.TempDir()))
+	_, err := calico.Apply(ctx, v3, plan, fastOptions(t.TempDir()))
 	var se *calico.StalePlanError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "api", se.Field)
@@ -366,8 +370,7 @@ func TestApplyRefusesAPlanMadeThroughTheOtherCalicoAPI(t *testing.T) {
 func TestApplyStopAfterTheFirstPhase(t *testing.T) {
 	q := newQuiet(t, lonelyPods("default", "lonely", "10.233.64.4"))
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	opts := fastOptions(t.TempDir())
 	opts.StopAfter = calico.PhaseCreatePool
 	res, err := calico.Apply(ctx, q.cl, plan, opts)
@@ -435,12 +438,11 @@ func TestApplyRetriesAConflictingDisableAFewTimes(t *testing.T) {
 func TestApplyResumedChecksTheNewPoolAgainstPoolsCreatedSince(t *testing.T) {
 	q := newQuiet(t, lonelyPods("default", "lonely", "10.233.64.4"))
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	dir := t.TempDir()
 	opts := fastOptions(dir)
 	opts.StopAfter = calico.PhaseCreatePool
-	_, err = calico.Apply(ctx, q.cl, plan, opts)
+	_, err := calico.Apply(ctx, q.cl, plan, opts)
 	require.NoError(t, err)
 	// Written through the v1 CRDs, which do not validate.
 	_, err = q.dyn.Resource(calico.IPPoolsV1).Create(ctx, v1PoolObject("intruder", calico.PoolSpec{CIDR: "10.20.128.0/17"}, nil), metav1.CreateOptions{})
@@ -530,8 +532,7 @@ func TestApplyWaitsForTheOperatorBeforeMovingOn(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	res, err := calico.Apply(ctx, q.cl, plan, opts)
 	require.NoError(t, err)
 	require.NoError(t, opErr)
@@ -553,8 +554,7 @@ func TestApplyWaitsForCalicoToReleaseLeftoverAllocations(t *testing.T) {
 		"secondary": map[string]any{"namespace": "default", "node": "node-a", "pod": "gone"}})
 	q := newQuiet(t, nil, block)
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	var releaseErr error
 	opts := fastOptions(t.TempDir())
 	opts.DrainTimeout = 30 * time.Second
@@ -588,8 +588,7 @@ func TestApplyReportsABudgetlessRefusalAndBacksOff(t *testing.T) {
 		return true, nil, apierrors.NewTooManyRequests("the server is busy", 0)
 	})
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	opts := fastOptions(t.TempDir())
 	opts.OnEvent = q.onEvent
 	opts.EvictionBackoff = time.Millisecond
@@ -788,8 +787,7 @@ func TestApplyCancelledBetweenMovesReportsTheCancellation(t *testing.T) {
 	q := newQuiet(t, objs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	opts := fastOptions(t.TempDir())
 	opts.Concurrency = 1
 	opts.OnEvent = func(ev calico.Event) {
@@ -931,12 +929,11 @@ func TestApplyReportsAClusterJournalItCouldNotFinish(t *testing.T) {
 func TestVerifyReportsAnOldPoolRecreatedUnderItsName(t *testing.T) {
 	q := newQuiet(t, nil)
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	require.NoError(t, q.pools.Delete(ctx, oldPoolName, calico.DeleteOptions{}))
 	spec := oldPoolSpec()
 	spec.Disabled = true
-	_, err = q.pools.Create(ctx, calico.IPPool{Name: oldPoolName, Spec: spec}, calico.WriteOptions{})
+	_, err := q.pools.Create(ctx, calico.IPPool{Name: oldPoolName, Spec: spec}, calico.WriteOptions{})
 	require.NoError(t, err)
 	v, err := calico.Verify(ctx, q.cl, plan.Target())
 	require.NoError(t, err)
@@ -1111,8 +1108,7 @@ func TestApplyOptionsDefaults(t *testing.T) {
 func TestApplyFindsASwapFinishedByAnotherRun(t *testing.T) {
 	q := newQuiet(t, lonelyPods("default", "lonely", "10.233.64.4"))
 	ctx := context.Background()
-	plan, err := calico.Plan(ctx, q.cl, request())
-	require.NoError(t, err)
+	plan := q.plan(t)
 	res, err := calico.Apply(ctx, q.cl, plan, fastOptions(t.TempDir()))
 	require.NoError(t, err)
 	require.True(t, res.Done)
