@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cidrshift/cidrshift/migrate"
@@ -25,6 +26,17 @@ import (
 
 // runMBBWith is runMBB with the options o and without requiring the run to
 // finish.
+// runMBBWithAgents runs make-before-break on cs with agents on w1, w2 and
+// w3 and the given HealthTimeout; the agents are stopped when it returns.
+func runMBBWithAgents(t *testing.T, cs *fake.Clientset, healthTimeout time.Duration) *migrate.Report {
+	t.Helper()
+	_, stop := agentsOn(cs, "w1", "w2", "w3")
+	defer stop()
+	o := mbbOptions(cs)
+	o.HealthTimeout = healthTimeout
+	return runMBBWith(t, o)
+}
+
 func runMBBWith(t *testing.T, o migrate.FlannelPodCIDROptions) *migrate.Report {
 	t.Helper()
 	m, err := migrate.FlannelPodCIDR(o)
@@ -53,12 +65,7 @@ func TestFlannelMakeBeforeBreakEvictsForRealTheUIDItSaw(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	_, stop := agentsOn(cs, "w1", "w2", "w3")
-	defer stop()
-	o := mbbOptions(cs)
-	o.HealthTimeout = time.Second
-	rep := runMBBWith(t, o)
-	stop()
+	rep := runMBBWithAgents(t, cs, time.Second)
 	require.False(t, rep.Paused(), "%+v", rep.Waiting)
 
 	mu.Lock()
@@ -81,12 +88,7 @@ func TestFlannelMakeBeforeBreakEvictsForRealTheUIDItSaw(t *testing.T) {
 func TestFlannelMakeBeforeBreakBacksOffARefusedEviction(t *testing.T) {
 	cs, srv := mbbCluster()
 	ev := installEvictions(cs, srv, func(pod string, _ int) bool { return pod == "web-a" }, nil)
-	_, stop := agentsOn(cs, "w1", "w2", "w3")
-	defer stop()
-	o := mbbOptions(cs)
-	o.HealthTimeout = 150 * time.Millisecond
-	rep := runMBBWith(t, o)
-	stop()
+	rep := runMBBWithAgents(t, cs, 150*time.Millisecond)
 	require.True(t, rep.Paused())
 	ev.mu.Lock()
 	n := ev.calls["web-a"]
@@ -121,12 +123,7 @@ func TestFlannelMakeBeforeBreakTakesAStatefulSetPodBackUnderItsNameAsReplaced(t 
 		mu.Unlock()
 		return true, nil, nil
 	})
-	_, stop := agentsOn(cs, "w1", "w2", "w3")
-	defer stop()
-	o := mbbOptions(cs)
-	o.HealthTimeout = time.Second
-	rep := runMBBWith(t, o)
-	stop()
+	rep := runMBBWithAgents(t, cs, time.Second)
 	require.False(t, rep.Paused(), "%+v", rep.Waiting)
 	mu.Lock()
 	assert.Equal(t, 1, replaced)
@@ -184,12 +181,7 @@ func TestFlannelMakeBeforeBreakEvictsTheNextPodOnlyOnceTheLastIsGone(t *testing.
 		}
 		return false, nil, nil
 	})
-	_, stop := agentsOn(cs, "w1", "w2", "w3")
-	defer stop()
-	o := mbbOptions(cs)
-	o.HealthTimeout = time.Second
-	rep := runMBBWith(t, o)
-	stop()
+	rep := runMBBWithAgents(t, cs, time.Second)
 	require.False(t, rep.Paused(), "%+v", rep.Waiting)
 	mu.Lock()
 	defer mu.Unlock()
