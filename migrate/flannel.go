@@ -215,6 +215,11 @@ type FlannelPodCIDRMigration struct {
 	// and published under it, so a want computed from an earlier reading
 	// of the cluster never replaces a later one (nodes moving at once).
 	pubMu sync.Mutex
+
+	// now and after are time.Now and time.After, but in tests: the clock
+	// of the eviction backoff (evict).
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
 }
 
 // FlannelPodCIDR returns the migration for o, checking the options that
@@ -235,7 +240,7 @@ func FlannelPodCIDR(o FlannelPodCIDROptions) (*FlannelPodCIDRMigration, error) {
 	if o.PollInterval == 0 {
 		o.PollInterval = time.Second
 	}
-	return &FlannelPodCIDRMigration{o: o}, nil
+	return &FlannelPodCIDRMigration{o: o, now: time.Now, after: time.After}, nil
 }
 
 // Validate checks the options that need no cluster (all but Kube). Zero

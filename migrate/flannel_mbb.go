@@ -493,7 +493,7 @@ func (m *FlannelPodCIDRMigration) evict(ctx context.Context, p *corev1.Pod) (str
 	if m.mode == ModeServerDryRun {
 		ev.DeleteOptions.DryRun = []string{metav1.DryRunAll}
 	}
-	deadline := time.Now().Add(m.o.HealthTimeout)
+	deadline := m.now().Add(m.o.HealthTimeout)
 	wait := m.o.PollInterval
 	refusals := 0
 	for {
@@ -508,14 +508,14 @@ func (m *FlannelPodCIDRMigration) evict(ctx context.Context, p *corev1.Pod) (str
 			return "", fmt.Errorf("evicting pod %s/%s (uid %s) on node %s: %w", p.Namespace, p.Name, uid, p.Spec.NodeName, err)
 		}
 		refusals++
-		if m.mode != ModeApply || !time.Now().Add(wait).Before(deadline) {
+		if m.mode != ModeApply || !m.now().Add(wait).Before(deadline) {
 			return fmt.Sprintf("the eviction of %s/%s was refused %d time(s) within %s: %s", p.Namespace, p.Name, refusals, m.o.HealthTimeout, oneLine(err.Error())), nil
 		}
 		logr.FromContextOrDiscard(ctx).V(1).Info("eviction refused, retrying", "pod", p.Namespace+"/"+p.Name, "after", wait, "err", err.Error())
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
-		case <-time.After(wait):
+		case <-m.after(wait):
 		}
 		wait = min(2*wait, 16*m.o.PollInterval)
 	}

@@ -1,7 +1,6 @@
 package migrate_test
 
 import (
-	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -28,19 +27,22 @@ import (
 // finish.
 // runMBBWithAgents runs make-before-break on cs with agents on w1, w2 and
 // w3 and the given HealthTimeout; the agents are stopped when it returns.
-func runMBBWithAgents(t *testing.T, cs *fake.Clientset, healthTimeout time.Duration) *migrate.Report {
+func runMBBWithAgents(t *testing.T, cs *fake.Clientset, healthTimeout time.Duration, set ...func(*migrate.FlannelPodCIDRMigration)) *migrate.Report {
 	t.Helper()
 	_, stop := agentsOn(cs, "w1", "w2", "w3")
 	defer stop()
 	o := mbbOptions(cs)
 	o.HealthTimeout = healthTimeout
-	return runMBBWith(t, o)
+	return runMBBWith(t, o, set...)
 }
 
-func runMBBWith(t *testing.T, o migrate.FlannelPodCIDROptions) *migrate.Report {
+func runMBBWith(t *testing.T, o migrate.FlannelPodCIDROptions, set ...func(*migrate.FlannelPodCIDRMigration)) *migrate.Report {
 	t.Helper()
 	m, err := migrate.FlannelPodCIDR(o)
 	require.NoError(t, err)
+	for _, f := range set {
+		f(m)
+	}
 	agents := &migrate.HostAgents{Kube: o.Kube, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
 	waitAgents(t, agents, "w1", "w2", "w3")
 	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"), Agents: agents}).Run(t.Context(), m)
@@ -79,23 +81,44 @@ func TestFlannelMakeBeforeBreakEvictsForRealTheUIDItSaw(t *testing.T) {
 	}
 }
 
-// A PodDisruptionBudget that refuses an eviction until HealthTimeout makes
-// the run pause saying how many times it was refused, which is how many
-// evictions it sent; they are spaced by a backoff doubling from
-// PollInterval (10ms): within 150ms, at most 4 (at 0, 10, 30 and 70ms; the
-// next would be at 150). The bound follows from the least the waits last,
-// so a slow machine only sends fewer.
+// A refused eviction (429: a PodDisruptionBudget allows no disruption
+// now) is sent again after PollInterval (10ms), then twice as long each
+// time up to 16 times PollInterval, while the next try falls before
+// HealthTimeout ends; then the run pauses for the operator. The clock is the
+// test's: each wait moves it on by what the run asked to wait.
 func TestFlannelMakeBeforeBreakBacksOffARefusedEviction(t *testing.T) {
 	cs, srv := mbbCluster()
 	ev := installEvictions(cs, srv, func(pod string, _ int) bool { return pod == "web-a" }, nil)
-	rep := runMBBWithAgents(t, cs, 150*time.Millisecond)
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	var waits []time.Duration
+	clock := func(m *migrate.FlannelPodCIDRMigration) {
+		m.SetEvictionClock(func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return now
+		}, func(d time.Duration) <-chan time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			waits = append(waits, d)
+			now = now.Add(d)
+			c := make(chan time.Time, 1)
+			c <- now
+			return c
+		})
+	}
+	rep := runMBBWithAgents(t, cs, 790*time.Millisecond, clock)
 	require.True(t, rep.Paused())
+	ms := time.Millisecond
+	mu.Lock()
+	// 10+20+40+80+160+160+160 = 630ms; the next try would come at 790ms,
+	// as HealthTimeout ends: not before it.
+	assert.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 160 * ms, 160 * ms}, waits)
+	mu.Unlock()
 	ev.mu.Lock()
-	n := ev.calls["web-a"]
+	assert.Equal(t, 8, ev.calls["web-a"])
 	ev.mu.Unlock()
-	assert.Contains(t, rep.Waiting.Observed, fmt.Sprintf("the eviction of default/web-a was refused %d time(s) within 150ms", n))
-	assert.Positive(t, n)
-	assert.LessOrEqual(t, n, 4, "evictions sent without the backoff")
+	assert.Contains(t, rep.Waiting.Observed, "the eviction of default/web-a was refused 8 time(s) within 790ms")
 }
 
 // A StatefulSet's pod comes back under its own name: the evicted pod is
