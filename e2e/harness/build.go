@@ -389,7 +389,7 @@ func ensureModuleBuild(ctx context.Context, g *goTool, logf func(string, ...any)
 	}
 	start := time.Now()
 	logf("harness: building %s into %s (first run only; output in %s)", r.name, binDir, filepath.Join(r.dir, "build.log"))
-	bg, done, err := g.privateCache(ctx, r.dir)
+	bg, done, err := g.privateCache(r.dir)
 	if err != nil {
 		return err
 	}
@@ -552,13 +552,12 @@ func newGoTool(ctx context.Context) (*goTool, error) {
 // kept in the user's GOCACHE and GOMODCACHE, the builds of the data-plane
 // binaries and e2e's three releases left about 13 GB behind for the rest
 // of the run (10.7 GB of build cache, 1.3 GB of it the data plane's, and
-// about 2.5 GB of modules). The
-// binaries are kept; a rebuild (a new recipe) downloads and compiles
-// again.
-func (g *goTool) privateCache(ctx context.Context, dir string) (*goTool, func(), error) {
+// about 2.5 GB of modules). The binaries are kept; a rebuild (a new
+// recipe) downloads and compiles again.
+func (g *goTool) privateCache(dir string) (*goTool, func(), error) {
 	stale, _ := filepath.Glob(filepath.Join(dir, "gocache-*"))
 	for _, d := range stale {
-		if err := removeCache(ctx, g, d); err != nil {
+		if err := os.RemoveAll(d); err != nil {
 			return nil, nil, fmt.Errorf("remove a killed build's caches: %w", err)
 		}
 	}
@@ -571,19 +570,7 @@ func (g *goTool) privateCache(ctx context.Context, dir string) (*goTool, func(),
 	// no go command.
 	c.env = append(slices.Clone(g.env), "GOCACHE="+filepath.Join(cache, "build"),
 		"GOMODCACHE="+filepath.Join(cache, "mod"), "GOFLAGS=-buildvcs=false -modcacherw")
-	return &c, func() { _ = removeCache(ctx, g, cache) }, nil
-}
-
-// removeCache removes a directory of privateCache's, with `go clean
-// -modcache` first in case its modules are read-only.
-func removeCache(ctx context.Context, g *goTool, cache string) error {
-	mod := filepath.Join(cache, "mod")
-	if _, err := os.Stat(mod); err == nil {
-		c := *g
-		c.env = append(slices.Clone(g.env), "GOMODCACHE="+mod)
-		_ = c.run(ctx, "", io.Discard, "clean", "-modcache")
-	}
-	return os.RemoveAll(cache)
+	return &c, func() { _ = os.RemoveAll(cache) }, nil
 }
 
 // run executes go with args in dir, sending its output to out.

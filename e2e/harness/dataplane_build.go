@@ -189,7 +189,7 @@ func ensureFlanneld(ctx context.Context, g *goTool, logf func(string, ...any), d
 	start := time.Now()
 	logPath := filepath.Join(dir, "build.log")
 	logf("harness: building flanneld %s into %s (first run only; output in %s)", FlannelVersion, binDir, logPath)
-	bg, done, err := g.privateCache(ctx, dir)
+	bg, done, err := g.privateCache(dir)
 	if err != nil {
 		return err
 	}

@@ -175,7 +175,7 @@ func TestPrivateCacheIsUsedAndRemoved(t *testing.T) {
 	require.NoError(t, err)
 	g.env = append(g.env, "GOCACHE="+filepath.Join(dir, "user-cache"), "GOMODCACHE="+filepath.Join(dir, "user-mod"))
 	env := slices.Clone(g.env)
-	bg, done, err := g.privateCache(t.Context(), dir)
+	bg, done, err := g.privateCache(dir)
 	require.NoError(t, err)
 	assert.NoDirExists(t, stale, "a killed build's caches are removed")
 	assert.Equal(t, env, g.env)
