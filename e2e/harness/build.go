@@ -389,12 +389,7 @@ func ensureModuleBuild(ctx context.Context, g *goTool, logf func(string, ...any)
 	}
 	start := time.Now()
 	logf("harness: building %s into %s (first run only; output in %s)", r.name, binDir, filepath.Join(r.dir, "build.log"))
-	bg, done, err := g.privateCache(r.dir)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := buildModule(ctx, bg, r, key); err != nil {
+	if err := buildModule(ctx, g, r, key); err != nil {
 		return fmt.Errorf("build %s: %w", r.name, err)
 	}
 	logf("harness: built %s in %s", r.name, time.Since(start).Round(time.Second))
@@ -542,35 +537,6 @@ func newGoTool(ctx context.Context) (*goTool, error) {
 	}
 	g.version = strings.TrimSpace(out.String())
 	return g, nil
-}
-
-// privateCache returns g with a build cache and a module cache of its own,
-// in a new directory under dir, and the function that removes them (a
-// build killed before it could is cleaned up by the next one). A
-// release's build downloads that release's module graph and compiles
-// thousands of packages from its source tree, which nothing else uses:
-// kept in the user's GOCACHE and GOMODCACHE, the builds of the data-plane
-// binaries and e2e's three releases left about 13 GB behind for the rest
-// of the run (10.7 GB of build cache, 1.3 GB of it the data plane's, and
-// about 2.5 GB of modules). The binaries are kept; a rebuild (a new
-// recipe) downloads and compiles again.
-func (g *goTool) privateCache(dir string) (*goTool, func(), error) {
-	stale, _ := filepath.Glob(filepath.Join(dir, "gocache-*"))
-	for _, d := range stale {
-		if err := os.RemoveAll(d); err != nil {
-			return nil, nil, fmt.Errorf("remove a killed build's caches: %w", err)
-		}
-	}
-	cache, err := os.MkdirTemp(dir, "gocache-")
-	if err != nil {
-		return nil, nil, fmt.Errorf("create a build cache: %w", err)
-	}
-	c := *g
-	// -modcacherw: the module cache is writable, so that removing it needs
-	// no go command.
-	c.env = append(slices.Clone(g.env), "GOCACHE="+filepath.Join(cache, "build"),
-		"GOMODCACHE="+filepath.Join(cache, "mod"), "GOFLAGS=-buildvcs=false -modcacherw")
-	return &c, func() { _ = os.RemoveAll(cache) }, nil
 }
 
 // run executes go with args in dir, sending its output to out.

@@ -189,12 +189,7 @@ func ensureFlanneld(ctx context.Context, g *goTool, logf func(string, ...any), d
 	start := time.Now()
 	logPath := filepath.Join(dir, "build.log")
 	logf("harness: building flanneld %s into %s (first run only; output in %s)", FlannelVersion, binDir, logPath)
-	bg, done, err := g.privateCache(dir)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := buildFlanneld(ctx, bg, dir, key, ldflags, logPath); err != nil {
+	if err := buildFlanneld(ctx, g, dir, key, ldflags, logPath); err != nil {
 		return fmt.Errorf("build flanneld: %w", err)
 	}
 	logf("harness: built flanneld %s in %s", FlannelVersion, time.Since(start).Round(time.Second))

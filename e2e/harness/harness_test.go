@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,34 +161,6 @@ func TestDefaultCacheDir(t *testing.T) {
 	dir, err = DefaultCacheDir()
 	require.NoError(t, err)
 	assert.Equal(t, "/tmp/somewhere", dir)
-}
-
-// A release is built with a build cache and a module cache of its own,
-// removed afterwards, with any a killed build left; the go command uses
-// them, not the caller's, and the caller's environment is unchanged.
-func TestPrivateCacheIsUsedAndRemoved(t *testing.T) {
-	dir := t.TempDir()
-	stale := filepath.Join(dir, "gocache-killed")
-	require.NoError(t, os.MkdirAll(filepath.Join(stale, "mod", "cache"), 0o755))
-	g, err := newGoTool(t.Context())
-	require.NoError(t, err)
-	g.env = append(g.env, "GOCACHE="+filepath.Join(dir, "user-cache"), "GOMODCACHE="+filepath.Join(dir, "user-mod"))
-	env := slices.Clone(g.env)
-	bg, done, err := g.privateCache(dir)
-	require.NoError(t, err)
-	assert.NoDirExists(t, stale, "a killed build's caches are removed")
-	assert.Equal(t, env, g.env)
-	var out strings.Builder
-	require.NoError(t, bg.run(t.Context(), "", &out, "env", "GOCACHE", "GOMODCACHE", "GOFLAGS"))
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 4, out.String())
-	cache := filepath.Dir(lines[1])
-	assert.Equal(t, dir, filepath.Dir(cache))
-	assert.True(t, strings.HasPrefix(filepath.Base(cache), "gocache-"), cache)
-	assert.Equal(t, []string{filepath.Join(cache, "build"), filepath.Join(cache, "mod"), "-buildvcs=false -modcacherw"}, lines[1:])
-	done()
-	assert.NoDirExists(t, cache)
-	assert.NoDirExists(t, filepath.Join(dir, "user-cache"), "the caller's cache was never used")
 }
 
 func TestLockFileSerializes(t *testing.T) {
