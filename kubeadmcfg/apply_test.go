@@ -113,6 +113,46 @@ func TestApplyRefusesStalePlan(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
+// A ConfigMap that was deleted and created again (its UID changed) or that
+// lost the key the plan edits is refused before any write: the plan's Before
+// no longer describes what is there.
+func TestApplyRefusesARecreatedOrEmptiedConfigMap(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("recreated", func(t *testing.T) {
+		f, s := liveStoryOne(t)
+		p := bothChanges(t, s)
+		cm := getCM(t, f, KubeProxyConfigMap)
+		require.NoError(t, f.CoreV1().ConfigMaps(Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{}))
+		cm.UID = "uid-recreated"
+		_, err := f.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{})
+		require.NoError(t, err)
+		updates := f.updates
+
+		_, err = Apply(ctx, f, p, ApplyOptions{Edits: []string{EditKubeProxy}})
+		require.ErrorIs(t, err, ErrStalePlan)
+		assert.Contains(t, err.Error(), "was recreated (uid uid-recreated, the plan read uid-kube-proxy)")
+		assert.Equal(t, updates, f.updates)
+	})
+
+	t.Run("key removed", func(t *testing.T) {
+		f, s := liveStoryOne(t)
+		p := bothChanges(t, s)
+		cm := getCM(t, f, KubeProxyConfigMap)
+		delete(cm.Data, KubeProxyConfigKey)
+		cm.Data["other"] = "x"
+		_, err := f.CoreV1().ConfigMaps(Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		updates := f.updates
+
+		_, err = Apply(ctx, f, p, ApplyOptions{Edits: []string{EditKubeProxy}})
+		require.ErrorIs(t, err, ErrStalePlan)
+		assert.Contains(t, err.Error(), "has no key "+KubeProxyConfigKey+" any more")
+		assert.Equal(t, updates, f.updates)
+		assert.Equal(t, "x", getCM(t, f, KubeProxyConfigMap).Data["other"])
+	})
+}
+
 // A write that races ours between our read and our update is caught by the
 // API server's resourceVersion check (enforced by the fake's reactor). A plan
 // made from a ConfigMap without a resourceVersion (a saved file) is guarded

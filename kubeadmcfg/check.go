@@ -519,11 +519,12 @@ func flagValues(source string, f cidr.ControllerManagerFlags) []Value {
 }
 
 // KubernetesMinor returns the Kubernetes minor version of the manifest's
-// image tag (34 for registry.k8s.io/kube-apiserver:v1.34.2), or 0.
+// image tag (34 for registry.k8s.io/kube-apiserver:v1.34.2), or 0 when the
+// image has no tag or no name before it.
 func (m *Manifest) KubernetesMinor() int {
 	img, _ := scalarAt(m.d.root(), ypath{"spec", "containers", m.container, "image"})
 	i := strings.LastIndex(img, ":")
-	if i < 0 || strings.Contains(img[i:], "/") {
+	if i <= 0 || strings.Contains(img[i:], "/") {
 		return 0
 	}
 	return minorOf(img[i+1:])

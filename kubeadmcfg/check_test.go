@@ -280,3 +280,67 @@ func TestCheckKubeadmOnly(t *testing.T) {
 
 	assert.Equal(t, []Finding{}, Check(&Snapshot{}).Findings, "nothing read, nothing found")
 }
+
+// The pod CIDR is written in kubeadm-config (controllerManager.extraArgs
+// cluster-cidr before networking.podSubnet, as kubeadm renders the flag) and
+// in kube-controller-manager's manifest. A value on one side only is a
+// warning that names what kubeadm upgrade would do; two values that differ
+// are an error.
+func TestCheckPodSubnetOnOneSideOnly(t *testing.T) {
+	podFindings := func(rep Report) []Finding {
+		var out []Finding
+		for _, f := range rep.Findings {
+			if f.Code == CodePodSubnetMismatch {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+
+	t.Run("controllerManager.extraArgs cluster-cidr is the kubeadm side", func(t *testing.T) {
+		s := consistent(t)
+		require.NoError(t, s.Kubeadm.SetExtraArg(ControllerManager, FlagClusterCIDR, "10.20.0.0/16"))
+		fs := podFindings(Check(s))
+		require.Len(t, fs, 1, "%v", fs)
+		assert.Equal(t, cidr.SeverityError, fs[0].Severity)
+		assert.Contains(t, fs[0].Message, "kcm.yaml --cluster-cidr is 10.244.0.0/16 but ConfigMap kube-system/kubeadm-config ClusterConfiguration controllerManager.extraArgs cluster-cidr is 10.20.0.0/16")
+
+		// The same value in extraArgs and the manifest agrees, whatever podSubnet says.
+		require.NoError(t, s.Kubeadm.SetExtraArg(ControllerManager, FlagClusterCIDR, "10.244.0.0/16"))
+		require.NoError(t, s.Kubeadm.SetPodSubnet("10.99.0.0/16"))
+		assert.Empty(t, podFindings(Check(s)))
+	})
+
+	for _, tt := range []struct {
+		name string
+		mod  func(t *testing.T, s *Snapshot)
+		want string
+	}{
+		{
+			name: "kube-controller-manager without --cluster-cidr",
+			mod:  func(t *testing.T, s *Snapshot) { require.NoError(t, s.ControllerManager.RemoveFlag(FlagClusterCIDR)) },
+			want: "ConfigMap kube-system/kubeadm-config ClusterConfiguration networking.podSubnet is 10.244.0.0/16 but kcm.yaml has no --cluster-cidr: kubeadm upgrade would add it",
+		},
+		{
+			name: "kubeadm-config without podSubnet",
+			mod:  func(t *testing.T, s *Snapshot) { require.NoError(t, s.Kubeadm.SetPodSubnet("")) },
+			want: "kcm.yaml --cluster-cidr is 10.244.0.0/16 but ConfigMap kube-system/kubeadm-config ClusterConfiguration sets no podSubnet: kubeadm upgrade would drop the flag",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := consistent(t)
+			tt.mod(t, s)
+			fs := podFindings(Check(s))
+			require.Len(t, fs, 1, "%v", fs)
+			assert.Equal(t, cidr.SeverityWarning, fs[0].Severity)
+			assert.Equal(t, tt.want, fs[0].Message)
+		})
+	}
+
+	t.Run("neither side", func(t *testing.T) {
+		s := consistent(t)
+		require.NoError(t, s.Kubeadm.SetPodSubnet(""))
+		require.NoError(t, s.ControllerManager.RemoveFlag(FlagClusterCIDR))
+		assert.Empty(t, podFindings(Check(s)))
+	})
+}

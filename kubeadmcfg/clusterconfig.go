@@ -282,7 +282,7 @@ func (c *ClusterConfiguration) SetExtraArg(comp Component, name, value string) e
 		return nil
 	}
 	item := mapNode(strNode("name"), strNode(name), strNode("value"), strNode(value))
-	if n != nil && n.Kind == yaml.SequenceNode && len(n.Content) > 0 {
+	if n != nil && n.Kind == yaml.SequenceNode {
 		return c.d.s.insertItem(base, len(n.Content), item)
 	}
 	return c.d.s.set(base, seqNode(item))

@@ -2,6 +2,7 @@ package kubeadmcfg
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +30,9 @@ func TestParseClusterConfigurationErrors(t *testing.T) {
 		{"podSubnet map", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: {a: b}\n", ErrInvalid, "networking.podSubnet", "single value"},
 		{"v1beta4 with a map", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n    cluster-cidr: 10.0.0.0/8\n", ErrInvalid, "controllerManager.extraArgs", "expects a list of {name, value}"},
 		{"v1beta3 with a list", "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\napiServer:\n  extraArgs:\n  - name: a\n    value: b\n", ErrInvalid, "apiServer.extraArgs", "expects a mapping"},
+		{"v1beta3 value a list", "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n    cluster-cidr: [10.0.0.0/8]\n", ErrInvalid, "controllerManager.extraArgs", "single value"},
+		{"v1beta4 value a list", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n  - name: cluster-cidr\n    value: [10.0.0.0/8]\n", ErrInvalid, "controllerManager.extraArgs[0].value", "single value"},
+		{"v1beta4 second value a mapping", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n  - name: allocate-node-cidrs\n    value: \"true\"\n  - name: cluster-cidr\n    value: {a: b}\n", ErrInvalid, "controllerManager.extraArgs[1].value", "single value"},
 		{"v1beta4 item without name", "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\napiServer:\n  extraArgs:\n  - value: b\n", ErrInvalid, "apiServer.extraArgs[0].name", "needs a name"},
 	}
 	for _, tt := range tests {
@@ -183,7 +187,20 @@ func TestClusterConfigurationMultiDocument(t *testing.T) {
 }
 
 func TestMinorOf(t *testing.T) {
-	for in, want := range map[string]int{"v1.31.2": 31, "1.30": 30, "v1.36.0-rc.1": 36, "latest": 0, "v2.0.0": 0, "": 0, "v1.99999999999": 0} {
+	for in, want := range map[string]int{"v1.31.2": 31, "1.30": 30, "v1.36.0-rc.1": 36, "latest": 0, "v2.0.0": 0, "": 0, "v1.99999999999": 0, "v1.29.3": 29, "v1.1000.0": 1000, "v1.1001": 0} {
 		assert.Equal(t, want, minorOf(in), in)
 	}
+}
+
+// An empty v1beta4 extraArgs list gets the new item in place; the rest of the
+// document is untouched.
+func TestSetExtraArgIntoEmptyList(t *testing.T) {
+	const doc = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs: []\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+	c, err := ParseClusterConfiguration([]byte(doc))
+	require.NoError(t, err)
+	require.NoError(t, c.SetExtraArg(ControllerManager, "cluster-cidr", "10.20.0.0/16"))
+	assert.Equal(t, strings.Replace(doc, "extraArgs: []", "extraArgs: [{name: cluster-cidr, value: 10.20.0.0/16}]", 1), string(c.Bytes()))
+	v, ok := c.ExtraArg(ControllerManager, "cluster-cidr")
+	assert.True(t, ok)
+	assert.Equal(t, "10.20.0.0/16", v)
 }

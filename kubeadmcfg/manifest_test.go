@@ -2,6 +2,7 @@ package kubeadmcfg
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -159,4 +160,23 @@ func TestFlagsEndAtDoubleDash(t *testing.T) {
 	m, err := ParseManifest([]byte("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command: [x, --a=1, --, --b=2]\n"))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"a": "1"}, m.Flags())
+}
+
+// The minor version comes from the image's tag, the text after the last
+// colon that is not part of a registry host:port; an image with no tag, or
+// with no name before the tag, has none.
+func TestManifestKubernetesMinorFromImage(t *testing.T) {
+	const tag = "image: registry.k8s.io/kube-controller-manager:v1.33.1"
+	require.Contains(t, smallManifest, tag)
+	for image, want := range map[string]int{
+		"registry.k8s.io/kube-controller-manager:v1.33.1": 33,
+		"localhost:5000/kube-controller-manager:v1.29.0":  29,
+		"localhost:5000/kube-controller-manager":          0,
+		"kube-controller-manager":                         0,
+		":v1.34.2":                                        0,
+	} {
+		m, err := ParseManifest([]byte(strings.Replace(smallManifest, tag, "image: "+strconv.Quote(image), 1)))
+		require.NoError(t, err, image)
+		assert.Equal(t, want, m.KubernetesMinor(), image)
+	}
 }
