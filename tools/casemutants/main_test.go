@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/cover"
+)
+
+func TestParseLog(t *testing.T) {
+	log := "Starting...\n NOT COVERED CONDITIONALS_NEGATION at apply.go:200:11\n      KILLED ARITHMETIC_BASE at a.go:1:2\n       LIVED CONDITIONALS_BOUNDARY at b.go:3:4\n NOT COVERED ARITHMETIC_BASE at check.go:171:70\nKilled: 1, Lived: 1, Not covered: 2\n"
+	got, err := parseLog(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []mutant{{"CONDITIONALS_NEGATION", "apply.go", 200, 11}, {"ARITHMETIC_BASE", "check.go", 171, 70}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("mutant %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestInNoBlock(t *testing.T) {
+	p := &cover.Profile{Blocks: []cover.ProfileBlock{
+		{StartLine: 6, StartCol: 26, EndLine: 7, EndCol: 9},
+		{StartLine: 8, StartCol: 13, EndLine: 9, EndCol: 20},
+	}}
+	for _, c := range []struct {
+		line, col int
+		want      bool
+	}{
+		{6, 26, false}, {6, 25, true}, {7, 1, false}, {7, 9, false}, {7, 10, true},
+		{8, 9, true}, {8, 13, false}, {9, 20, false}, {9, 21, true}, {12, 1, true},
+	} {
+		if got := inNoBlock(p, c.line, c.col); got != c.want {
+			t.Errorf("%d:%d: got %v, want %v", c.line, c.col, got, c.want)
+		}
+	}
+	if !inNoBlock(nil, 1, 1) {
+		t.Error("a file with no profile: every position is in no block")
+	}
+}
+
+func TestApply(t *testing.T) {
+	src := []byte("package p\n\nfunc f(n int) bool {\n\treturn n+1 <= -n*2 || n != 3\n}\n")
+	for _, c := range []struct {
+		m    mutant
+		want string
+		err  string
+	}{
+		{m: mutant{"CONDITIONALS_BOUNDARY", "p.go", 4, 13}, want: "\treturn n+1 < -n*2 || n != 3"},
+		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 13}, want: "\treturn n+1 > -n*2 || n != 3"},
+		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 26}, want: "\treturn n+1 <= -n*2 || n == 3"},
+		{m: mutant{"ARITHMETIC_BASE", "p.go", 4, 10}, want: "\treturn n-1 <= -n*2 || n != 3"},
+		{m: mutant{"ARITHMETIC_BASE", "p.go", 4, 18}, want: "\treturn n+1 <= -n/2 || n != 3"},
+		{m: mutant{"INVERT_NEGATIVES", "p.go", 4, 16}, want: "\treturn n+1 <= +n*2 || n != 3"},
+		{m: mutant{"CONDITIONALS_BOUNDARY", "p.go", 4, 26}, err: "!= is not a CONDITIONALS_BOUNDARY token"},
+		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 14}, err: "no token at 4:14"},
+		{m: mutant{"REMOVE_EVERYTHING", "p.go", 4, 13}, err: "<= is not a REMOVE_EVERYTHING token"},
+	} {
+		got, err := apply(src, c.m)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: got error %v, want one containing %q", c.m, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", c.m, err)
+			continue
+		}
+		if line := strings.Split(string(got), "\n")[3]; line != c.want {
+			t.Errorf("%v: got %q, want %q", c.m, line, c.want)
+		}
+	}
+}
+
+// TestRun runs the mutants of testdata/mod/sw's gremlins log: the case
+// conditions are run, the mutant in a function no test calls is left alone,
+// and the source tree is not written.
+func TestRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test once per mutant")
+	}
+	module := filepath.Join("testdata", "mod")
+	before, err := os.ReadFile(filepath.Join(module, "sw", "sw.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), module, filepath.Join(module, "gremlins.log"), "./sw", 50, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"      KILLED CONDITIONALS_NEGATION at sw.go:8:9",
+		"      KILLED CONDITIONALS_BOUNDARY at sw.go:8:9",
+		"      KILLED CONDITIONALS_NEGATION at sw.go:10:9",
+		"       LIVED CONDITIONALS_BOUNDARY at sw.go:10:9",
+		"casemutants: killed 3, lived 1, timed out 0, not viable 0 (4 in case expressions; 1 not covered in blocks no test ran)",
+	}
+	if got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	after, err := os.ReadFile(filepath.Join(module, "sw", "sw.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("sw.go was written")
+	}
+}

