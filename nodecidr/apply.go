@@ -773,6 +773,11 @@ func (r *runner) runAll(ctx context.Context, steps []*Step, conc int, limiter fl
 			}
 		})
 	}
+	// refused is the limiter's refusal. It stops the nodes not yet handed
+	// to a worker; a node already handed over got its token and moves, so
+	// the refusal is recorded only once the workers are done (recorded at
+	// once, a worker that had not yet looked at its node would skip it).
+	var refused error
 	for _, s := range steps {
 		if r.firstErr() != nil || ctx.Err() != nil {
 			break
@@ -784,7 +789,7 @@ func (r *runner) runAll(ctx context.Context, steps []*Step, conc int, limiter fl
 			if ctx.Err() != nil {
 				break // interrupted: Apply says so and how to resume
 			}
-			r.fail(fmt.Errorf("node %s not started: waiting for the rate limit (%v nodes a second): %w", s.Node, r.opts.RateLimit, err))
+			refused = fmt.Errorf("node %s not started: waiting for the rate limit (%v nodes a second): %w", s.Node, r.opts.RateLimit, err)
 			break
 		}
 		select {
@@ -794,6 +799,9 @@ func (r *runner) runAll(ctx context.Context, steps []*Step, conc int, limiter fl
 	}
 	close(ch)
 	wg.Wait()
+	if refused != nil {
+		r.fail(refused)
+	}
 }
 
 type nodeState int
