@@ -2,6 +2,10 @@ package kubeadmcfg
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -35,6 +39,8 @@ func TestUnifiedDiff(t *testing.T) {
 	assert.Equal(t, "", UnifiedDiff("a", "b", []byte(a), []byte(a)))
 	assert.Equal(t, "--- a\n+++ b\n@@ -0,0 +1,1 @@\n+x\n\\ No newline at end of file\n", UnifiedDiff("a", "b", nil, []byte("x")))
 	assert.Equal(t, "--- a\n+++ b\n@@ -1,1 +1,1 @@\n-x\n+x\n\\ No newline at end of file\n", UnifiedDiff("a", "b", []byte("x\n"), []byte("x")))
+	// A hunk that leaves nothing starts at 0 on its empty side, as diff -u writes it.
+	assert.Equal(t, "--- a\n+++ b\n@@ -1,2 +0,0 @@\n-x\n-y\n", UnifiedDiff("a", "b", []byte("x\ny\n"), nil))
 }
 
 func TestUnifiedDiffPatchesBack(t *testing.T) {
@@ -120,4 +126,49 @@ func splitKeep(s string) []string {
 		parts = parts[:len(parts)-1]
 	}
 	return parts
+}
+
+// TestUnifiedDiffGitApplies checks UnifiedDiff against git apply, which is
+// strict about every hunk header's start and count: each diff of random
+// texts (small alphabets, so that lines repeat and hunks merge and split)
+// applied to a must give b.
+func TestUnifiedDiffGitApplies(t *testing.T) {
+	git, err := exec.LookPath("git")
+	require.NoError(t, err, "git applies the diffs")
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(21, 27))
+	text := func() string {
+		var b strings.Builder
+		for range rng.IntN(14) {
+			b.WriteString([]string{"a", "b", "c", "d"}[rng.IntN(4)])
+			b.WriteByte('\n')
+		}
+		s := b.String()
+		if s != "" && rng.IntN(5) == 0 {
+			s = strings.TrimSuffix(s, "\n") // no newline at the end
+		}
+		return s
+	}
+	f := filepath.Join(dir, "f")
+	// Prefix and suffix that would overlap, and texts that are empty.
+	fixed := [][2]string{{"a\n", "a\na\n"}, {"a\na\n", "a\n"}, {"a\nb\na\n", "a\n"}, {"", "a\n"}, {"a\nb\n", ""}, {"a", "a\n"}}
+	for i := range 150 + len(fixed) {
+		a, b := text(), text()
+		if i < len(fixed) {
+			a, b = fixed[i][0], fixed[i][1]
+		}
+		d := UnifiedDiff("a/f", "b/f", []byte(a), []byte(b))
+		if a == b {
+			require.Empty(t, d)
+			continue
+		}
+		require.NoError(t, os.WriteFile(f, []byte(a), 0o600))
+		cmd := exec.Command(git, "apply", "--whitespace=nowarn", "-")
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(d)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "case %d: git apply: %s\na=%q\nb=%q\n%s", i, out, a, b, d)
+		got, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Equal(t, b, string(got), "case %d: a=%q\n%s", i, a, d)
+	}
 }
