@@ -15,7 +15,11 @@
 // written. It prints a line per mutant in gremlins' words (KILLED, LIVED,
 // TIMED OUT, NOT VIABLE) and a summary line:
 //
-//	casemutants: killed 12, lived 3, timed out 0, not viable 0 (15 in case expressions; 13 not covered in blocks no test ran)
+//	casemutants: killed 12, lived 3, timed out 0, not viable 0, moved 0 (15 in case expressions; 13 not covered in blocks no test ran)
+//
+// With -lived it also runs the mutants the log says lived, against the
+// package's tests as they are now, to see which new tests kill them (a
+// token no longer where the log says is counted as MOVED).
 //
 // It is a module of its own (tools/), so the library's go.mod does not
 // carry its dependency. Usage, from the repository root:
@@ -55,30 +59,31 @@ var mutations = map[string]map[token.Token]token.Token{
 	"INVERT_NEGATIVES":      {token.SUB: token.ADD},
 }
 
-// mutant is one NOT COVERED line of a gremlins log.
+// mutant is one NOT COVERED or LIVED line of a gremlins log.
 type mutant struct {
-	Kind string // e.g. CONDITIONALS_NEGATION
-	File string // as gremlins prints it, relative to the package
-	Line int
-	Col  int
+	Status string // NOT COVERED or LIVED
+	Kind   string // e.g. CONDITIONALS_NEGATION
+	File   string // as gremlins prints it, relative to the package
+	Line   int
+	Col    int
 }
 
 func (m mutant) String() string { return fmt.Sprintf("%s at %s:%d:%d", m.Kind, m.File, m.Line, m.Col) }
 
-var notCovered = regexp.MustCompile(`^\s*NOT COVERED (\S+) at (\S+\.go):(\d+):(\d+)\s*$`)
+var logLine = regexp.MustCompile(`^\s*(NOT COVERED|LIVED) (\S+) at (\S+\.go):(\d+):(\d+)\s*$`)
 
-// parseLog returns the NOT COVERED mutants of a gremlins log, in order.
+// parseLog returns the NOT COVERED and LIVED mutants of a gremlins log, in order.
 func parseLog(r io.Reader) ([]mutant, error) {
 	var out []mutant
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		m := notCovered.FindStringSubmatch(sc.Text())
+		m := logLine.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
 		}
-		line, _ := strconv.Atoi(m[3])
-		col, _ := strconv.Atoi(m[4])
-		out = append(out, mutant{Kind: m[1], File: m[2], Line: line, Col: col})
+		line, _ := strconv.Atoi(m[4])
+		col, _ := strconv.Atoi(m[5])
+		out = append(out, mutant{Status: m[1], Kind: m[2], File: m[3], Line: line, Col: col})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading the gremlins log: %w", err)
@@ -134,6 +139,9 @@ const (
 	lived     result = "LIVED"
 	timedOut  result = "TIMED OUT"
 	notViable result = "NOT VIABLE"
+	// moved: the token is no longer where the log says (the file changed
+	// since gremlins ran).
+	moved result = "MOVED"
 )
 
 // runner runs the package's tests with one file replaced.
@@ -188,6 +196,7 @@ func main() {
 	logPath := flag.String("log", "", "a gremlins unleash log of the package (required)")
 	module := flag.String("module", ".", "the root of the module the package is in")
 	coefficient := flag.Float64("timeout-coefficient", 10, "a mutant times out at the coverage run's time times this")
+	again := flag.Bool("lived", false, "also run the mutants the log says lived, against the tests as they are now")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: casemutants [-module DIR] -log GREMLINS.LOG ./PACKAGE\n")
 		flag.PrintDefaults()
@@ -197,13 +206,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(context.Background(), *module, *logPath, flag.Arg(0), *coefficient, os.Stdout); err != nil {
+	if err := run(context.Background(), *module, *logPath, flag.Arg(0), *coefficient, *again, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "casemutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, module, logPath, pkg string, coefficient float64, w io.Writer) error {
+func run(ctx context.Context, module, logPath, pkg string, coefficient float64, again bool, w io.Writer) error {
 	if coefficient <= 0 {
 		return fmt.Errorf("-timeout-coefficient %v: must be above 0", coefficient)
 	}
@@ -247,30 +256,40 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 	}
 	r := runner{module: module, pkg: pkg, dir: strings.TrimSpace(string(out)), tmp: tmp, timeout: time.Duration(float64(took) * coefficient)}
 
-	counts := map[result]int{}
-	cases, blocks := 0, 0
+	counts, livedAgain := map[result]int{}, map[result]int{}
+	cases, blocks, wasLived := 0, 0, 0
 	for _, m := range muts {
-		if !inNoBlock(byFile[filepath.Base(m.File)], m.Line, m.Col) {
+		tally := counts
+		switch {
+		case m.Status == "LIVED" && !again:
+			continue
+		case m.Status == "LIVED":
+			tally = livedAgain
+			wasLived++
+		case !inNoBlock(byFile[filepath.Base(m.File)], m.Line, m.Col):
 			blocks++
 			continue
+		default:
+			cases++
 		}
-		cases++
 		src, err := os.ReadFile(filepath.Join(r.dir, m.File))
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", m.File, err)
 		}
-		mutated, err := apply(src, m)
-		if err != nil {
-			return err
+		res := moved
+		if mutated, err := apply(src, m); err == nil {
+			if res, err = r.run(ctx, m.File, mutated); err != nil {
+				return err
+			}
 		}
-		res, err := r.run(ctx, m.File, mutated)
-		if err != nil {
-			return err
-		}
-		counts[res]++
+		tally[res]++
 		fmt.Fprintf(w, "%12s %s\n", res, m)
 	}
-	fmt.Fprintf(w, "casemutants: killed %d, lived %d, timed out %d, not viable %d (%d in case expressions; %d not covered in blocks no test ran)\n",
-		counts[killed], counts[lived], counts[timedOut], counts[notViable], cases, blocks)
+	fmt.Fprintf(w, "casemutants: killed %d, lived %d, timed out %d, not viable %d, moved %d (%d in case expressions; %d not covered in blocks no test ran)\n",
+		counts[killed], counts[lived], counts[timedOut], counts[notViable], counts[moved], cases, blocks)
+	if again {
+		fmt.Fprintf(w, "casemutants -lived: killed %d, lived %d, timed out %d, not viable %d, moved %d (of %d gremlins saw live)\n",
+			livedAgain[killed], livedAgain[lived], livedAgain[timedOut], livedAgain[notViable], livedAgain[moved], wasLived)
+	}
 	return nil
 }

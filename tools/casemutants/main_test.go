@@ -17,7 +17,7 @@ func TestParseLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []mutant{{"CONDITIONALS_NEGATION", "apply.go", 200, 11}, {"ARITHMETIC_BASE", "check.go", 171, 70}}
+	want := []mutant{{"NOT COVERED", "CONDITIONALS_NEGATION", "apply.go", 200, 11}, {"LIVED", "CONDITIONALS_BOUNDARY", "b.go", 3, 4}, {"NOT COVERED", "ARITHMETIC_BASE", "check.go", 171, 70}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
@@ -56,15 +56,15 @@ func TestApply(t *testing.T) {
 		want string
 		err  string
 	}{
-		{m: mutant{"CONDITIONALS_BOUNDARY", "p.go", 4, 13}, want: "\treturn n+1 < -n*2 || n != 3"},
-		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 13}, want: "\treturn n+1 > -n*2 || n != 3"},
-		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 26}, want: "\treturn n+1 <= -n*2 || n == 3"},
-		{m: mutant{"ARITHMETIC_BASE", "p.go", 4, 10}, want: "\treturn n-1 <= -n*2 || n != 3"},
-		{m: mutant{"ARITHMETIC_BASE", "p.go", 4, 18}, want: "\treturn n+1 <= -n/2 || n != 3"},
-		{m: mutant{"INVERT_NEGATIVES", "p.go", 4, 16}, want: "\treturn n+1 <= +n*2 || n != 3"},
-		{m: mutant{"CONDITIONALS_BOUNDARY", "p.go", 4, 26}, err: "!= is not a CONDITIONALS_BOUNDARY token"},
-		{m: mutant{"CONDITIONALS_NEGATION", "p.go", 4, 14}, err: "no token at 4:14"},
-		{m: mutant{"REMOVE_EVERYTHING", "p.go", 4, 13}, err: "<= is not a REMOVE_EVERYTHING token"},
+		{m: mutant{"", "CONDITIONALS_BOUNDARY", "p.go", 4, 13}, want: "\treturn n+1 < -n*2 || n != 3"},
+		{m: mutant{"", "CONDITIONALS_NEGATION", "p.go", 4, 13}, want: "\treturn n+1 > -n*2 || n != 3"},
+		{m: mutant{"", "CONDITIONALS_NEGATION", "p.go", 4, 26}, want: "\treturn n+1 <= -n*2 || n == 3"},
+		{m: mutant{"", "ARITHMETIC_BASE", "p.go", 4, 10}, want: "\treturn n-1 <= -n*2 || n != 3"},
+		{m: mutant{"", "ARITHMETIC_BASE", "p.go", 4, 18}, want: "\treturn n+1 <= -n/2 || n != 3"},
+		{m: mutant{"", "INVERT_NEGATIVES", "p.go", 4, 16}, want: "\treturn n+1 <= +n*2 || n != 3"},
+		{m: mutant{"", "CONDITIONALS_BOUNDARY", "p.go", 4, 26}, err: "!= is not a CONDITIONALS_BOUNDARY token"},
+		{m: mutant{"", "CONDITIONALS_NEGATION", "p.go", 4, 14}, err: "no token at 4:14"},
+		{m: mutant{"", "REMOVE_EVERYTHING", "p.go", 4, 13}, err: "<= is not a REMOVE_EVERYTHING token"},
 	} {
 		got, err := apply(src, c.m)
 		if c.err != "" {
@@ -85,7 +85,8 @@ func TestApply(t *testing.T) {
 
 // TestRun runs the mutants of testdata/mod/sw's gremlins log: the case
 // conditions are run, the mutant in a function no test calls is left alone,
-// and the source tree is not written.
+// the lived ones only with -lived (one of them no longer where the log
+// says), and the source tree is not written.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test once per mutant")
@@ -95,19 +96,28 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := run(context.Background(), module, filepath.Join(module, "gremlins.log"), "./sw", 50, &out); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
+	cases := []string{
 		"      KILLED CONDITIONALS_NEGATION at sw.go:8:9",
 		"      KILLED CONDITIONALS_BOUNDARY at sw.go:8:9",
 		"      KILLED CONDITIONALS_NEGATION at sw.go:10:9",
 		"       LIVED CONDITIONALS_BOUNDARY at sw.go:10:9",
-		"casemutants: killed 3, lived 1, timed out 0, not viable 0 (4 in case expressions; 1 not covered in blocks no test ran)",
 	}
-	if got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	summary := "casemutants: killed 3, lived 1, timed out 0, not viable 0, moved 0 (4 in case expressions; 1 not covered in blocks no test ran)"
+	for _, c := range []struct {
+		lived bool
+		want  []string
+	}{
+		{false, append(cases, summary)},
+		{true, append(append(cases[:2:2], "      KILLED CONDITIONALS_NEGATION at sw.go:8:9", "       MOVED CONDITIONALS_NEGATION at sw.go:3:1"), append(cases[2:], summary,
+			"casemutants -lived: killed 1, lived 0, timed out 0, not viable 0, moved 1 (of 2 gremlins saw live)")...)},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), module, filepath.Join(module, "gremlins.log"), "./sw", 50, c.lived, &out); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("-lived=%v: got\n%s\nwant\n%s", c.lived, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
 	}
 	after, err := os.ReadFile(filepath.Join(module, "sw", "sw.go"))
 	if err != nil {
