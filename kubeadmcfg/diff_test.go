@@ -1,6 +1,7 @@
 package kubeadmcfg
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -170,5 +171,122 @@ func TestUnifiedDiffGitApplies(t *testing.T) {
 		got, err := os.ReadFile(f)
 		require.NoError(t, err)
 		require.Equal(t, b, string(got), "case %d: a=%q\n%s", i, a, d)
+		require.Equal(t, minimalEdits(a, b), changedLines(d), "case %d: the diff removes and adds no line it could keep\na=%q\nb=%q\n%s", i, a, b, d)
+	}
+}
+
+// minimalEdits is the number of lines a shortest diff from a to b removes
+// and adds: the lines of both less twice their longest common subsequence
+// (a last line without its newline differs from the same text with one).
+func minimalEdits(a, b string) int {
+	al, bl := splitKeep(a), splitKeep(b)
+	lcs := make([][]int, len(al)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(bl)+1)
+	}
+	for i := range al {
+		for j := range bl {
+			if al[i] == bl[j] {
+				lcs[i+1][j+1] = lcs[i][j] + 1
+			} else {
+				lcs[i+1][j+1] = max(lcs[i][j+1], lcs[i+1][j])
+			}
+		}
+	}
+	return len(al) + len(bl) - 2*lcs[len(al)][len(bl)]
+}
+
+// changedLines counts the removed and added lines of a unified diff.
+func changedLines(d string) int {
+	n := 0
+	for _, l := range strings.Split(d, "\n") {
+		if (strings.HasPrefix(l, "-") && !strings.HasPrefix(l, "--- ")) || (strings.HasPrefix(l, "+") && !strings.HasPrefix(l, "+++ ")) {
+			n++
+		}
+	}
+	return n
+}
+
+// Two changes with up to twice the context between them share a hunk, as
+// in diff -u; one line further apart they get two. Checked against GNU
+// diff's own output for gaps around the boundary.
+func TestUnifiedDiffJoinsHunksLikeDiffU(t *testing.T) {
+	diff, err := exec.LookPath("diff")
+	require.NoError(t, err, "GNU diff is the reference")
+	dir := t.TempDir()
+	for gap := 2*diffContext - 1; gap <= 2*diffContext+2; gap++ {
+		var a, b strings.Builder
+		for i := 1; i <= gap+10; i++ {
+			fmt.Fprintf(&a, "%d\n", i)
+			if i == 4 || i == 5+gap {
+				fmt.Fprintf(&b, "changed %d\n", i)
+			} else {
+				fmt.Fprintf(&b, "%d\n", i)
+			}
+		}
+		fa, fb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+		require.NoError(t, os.WriteFile(fa, []byte(a.String()), 0o600))
+		require.NoError(t, os.WriteFile(fb, []byte(b.String()), 0o600))
+		out, err := exec.Command(diff, "-u", "--label", "a/f", "--label", "b/f", fa, fb).Output()
+		var exit *exec.ExitError
+		require.True(t, errors.As(err, &exit) && exit.ExitCode() == 1, "diff exits 1 when the files differ: %v", err)
+		got := UnifiedDiff("a/f", "b/f", []byte(a.String()), []byte(b.String()))
+		assert.Equal(t, string(out), got, "%d equal lines between the changes", gap)
+		assert.Equal(t, 1+boolInt(gap > 2*diffContext), strings.Count(got, "\n@@ "), "%d equal lines between the changes", gap)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Past maxDiffCells the line matcher is not run: the changed middle is shown
+// removed and added whole, which is still a diff that applies. Up to the
+// bound the diff is a shortest one.
+func TestUnifiedDiffReplacesTheMiddleOfLargeFiles(t *testing.T) {
+	git, err := exec.LookPath("git")
+	require.NoError(t, err, "git applies the diffs")
+	dir := t.TempDir()
+	// Middles of n and m lines that share every other line but differ at
+	// both ends, so no prefix or suffix is set aside.
+	text := func(side string, n int) string {
+		var s strings.Builder
+		s.WriteString("head\n")
+		for i := range n {
+			if i%2 == 1 || i == 0 || i == n-1 {
+				fmt.Fprintf(&s, "%s%d\n", side, i)
+			} else {
+				fmt.Fprintf(&s, "kept%d\n", i)
+			}
+		}
+		s.WriteString("tail\n")
+		return s.String()
+	}
+	const side = 2048
+	require.Equal(t, maxDiffCells, side*side, "the first case sits on the bound")
+	for _, tc := range []struct {
+		n, m     int
+		shortest bool
+	}{{side, side, true}, {side + 1, side, false}} {
+		a, b := text("a", tc.n), text("b", tc.m)
+		d := UnifiedDiff("a/f", "b/f", []byte(a), []byte(b))
+		if tc.shortest {
+			assert.Equal(t, minimalEdits(a, b), changedLines(d), "%dx%d lines: the matcher runs", tc.n, tc.m)
+		} else {
+			assert.Equal(t, tc.n+tc.m, changedLines(d), "%dx%d lines: the middle is replaced whole", tc.n, tc.m)
+			assert.Less(t, minimalEdits(a, b), tc.n+tc.m)
+		}
+		f := filepath.Join(dir, "f")
+		require.NoError(t, os.WriteFile(f, []byte(a), 0o600))
+		cmd := exec.Command(git, "apply", "-")
+		cmd.Dir, cmd.Stdin = dir, strings.NewReader(d)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%dx%d lines: git apply: %s", tc.n, tc.m, out)
+		got, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Equal(t, b, string(got))
 	}
 }

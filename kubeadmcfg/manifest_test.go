@@ -106,19 +106,26 @@ func TestManifestErrors(t *testing.T) {
 		in     string
 		is     error
 		substr string
+		value  string // the FieldError's Value, when there is one
 	}{
-		{"not a pod", "apiVersion: v1\nkind: ConfigMap\n", ErrNotFound, "no Pod document"},
-		{"pod v2", "apiVersion: v2\nkind: Pod\n", ErrUnsupportedVersion, `"v2"`},
-		{"no containers", "apiVersion: v1\nkind: Pod\nspec: {}\n", ErrNotFound, "spec.containers"},
-		{"container not a mapping", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [x]\n", ErrInvalid, "spec.containers[0]"},
-		{"command of maps", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - {a: b}\n", ErrInvalid, "spec.containers[0].command[0]"},
-		{"no command", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: x\n", ErrNotFound, "neither command nor args"},
+		{"not a pod", "apiVersion: v1\nkind: ConfigMap\n", ErrNotFound, "no Pod document", ""},
+		{"pod v2", "apiVersion: v2\nkind: Pod\n", ErrUnsupportedVersion, `"v2"`, ""},
+		{"no containers", "apiVersion: v1\nkind: Pod\nspec: {}\n", ErrNotFound, "spec.containers", ""},
+		{"container not a mapping", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [x]\n", ErrInvalid, "spec.containers[0]", "x"},
+		{"container a list", "apiVersion: v1\nkind: Pod\nspec:\n  containers: [[x]]\n", ErrInvalid, "spec.containers[0]", "list"},
+		{"command of maps", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - {a: b}\n", ErrInvalid, "spec.containers[0].command[0]", ""},
+		{"no command", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: x\n", ErrNotFound, "neither command nor args", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseManifest([]byte(tt.in))
 			require.ErrorIs(t, err, tt.is)
 			assert.Contains(t, err.Error(), tt.substr)
+			if tt.value != "" {
+				var fe *FieldError
+				require.True(t, errors.As(err, &fe))
+				assert.Equal(t, tt.value, fe.Value, "the error names the value")
+			}
 			_, err = ManifestArgs([]byte(tt.in))
 			require.Error(t, err)
 		})
@@ -154,6 +161,28 @@ func TestManifestArgsGolden(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The component label picks the container; a mirror pod's name (with the
+// node's name added) does not. Without the label, the pod's name does.
+func TestManifestContainerFromComponentLabel(t *testing.T) {
+	renamed := replaceOnce(t, smallManifest, "  name: kube-controller-manager\nspec:", "  name: kube-controller-manager-cp1\nspec:")
+	m, err := ParseManifest([]byte(renamed))
+	require.NoError(t, err)
+	assert.Equal(t, "--cluster-cidr=10.244.0.0/16", m.Args()[2], "the label names the container, not the pod's name")
+
+	unlabelled := replaceOnce(t, smallManifest, "  labels:\n    component: kube-controller-manager\n", "")
+	m, err = ParseManifest([]byte(unlabelled))
+	require.NoError(t, err)
+	assert.Equal(t, "--cluster-cidr=10.244.0.0/16", m.Args()[2], "without the label, the pod's name names the container")
+}
+
+// A flag that takes a value but is the last item of its list has none:
+// it reads as "true" and nothing past the list is read.
+func TestManifestFlagAtTheEndOfTheList(t *testing.T) {
+	m, err := ParseManifest([]byte("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command: [kcm, --cluster-cidr]\n    args: [--node-cidr-mask-size, \"24\"]\n"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"cluster-cidr": "true", "node-cidr-mask-size": "24"}, m.Flags())
 }
 
 func TestFlagsEndAtDoubleDash(t *testing.T) {
