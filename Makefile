@@ -86,8 +86,10 @@ bench:
 # mutate: gremlins on each library package in turn, smallest first (tests of
 # that package only), installed into a temporary directory. The section between the
 # mutate markers in TESTING.md is rewritten with a row per package: killed,
-# lived, not covered, efficacy. MUTATE_PKGS picks a subset (the others are
-# listed as not measured); MUTATE_WORKERS limits the parallel test runs.
+# lived, not covered, efficacy, time, date and commit. MUTATE_PKGS picks a
+# subset: only their rows are rewritten, the others kept as they were (a
+# package takes up to two hours, so the table is filled over several runs);
+# MUTATE_WORKERS limits the parallel test runs.
 # Logs stay in the directory it prints.
 # nodenet's data-plane tests make real network namespaces: run as root.
 # CIDRSHIFT_REQUIRE_DATAPLANE=1 makes one that cannot run fail, so gremlins'
@@ -108,6 +110,8 @@ GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_ALL := internal/journal cidr kubeadmcfg flannel calico servicecidr nodecidr nodenet migrate
 MUTATE_PKGS ?= $(MUTATE_ALL)
 MUTATE_WORKERS ?=
+# The commit a row was measured at (in a copy of the tree without .git, give it).
+MUTATE_REV ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 # gremlins times a mutant out at the coverage run's time times this; each
 # mutant's run also compiles the package. GOFLAGS=-count=1 keeps the coverage
 # run from being a cached (near-zero) one.
@@ -147,36 +151,39 @@ mutate:
 	GOBIN=$$out $(GO) install $(GREMLINS); \
 	rows=$$out/rows; : > $$rows; \
 	for p in $(MUTATE_ALL); do \
-	  case " $(MUTATE_PKGS) " in *" $$p "*) ;; \
-	    *) printf '| %s | | | | | | not measured (not in MUTATE_PKGS) |\n' "$$p" >> $$rows; continue;; esac; \
+	  case " $(MUTATE_PKGS) " in *" $$p "*) ;; *) continue;; esac; \
 	  log=$$out/$$(echo $$p | tr / _).log; start=$$(date +%s); \
 	  iso=; if [ "$$p" = nodenet ]; then iso="unshare --net --"; fi; \
 	  echo "== $$iso gremlins unleash $(MUTATE_FLAGS) ./$$p"; \
+	  when="$$(date -u +%F) $(MUTATE_REV)"; \
 	  if CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $$out/gremlins unleash $(MUTATE_FLAGS) ./$$p > $$log 2>&1; then \
 	    set -- $$(sed -n 's/^Killed: \([0-9]*\), Lived: \([0-9]*\), Not covered: \([0-9]*\).*/\1 \2 \3/p' $$log) x x x; \
 	    eff=$$(sed -n 's/^Test efficacy: \(.*\)$$/\1/p' $$log); \
 	    cases=$$(CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $(GO) run -C tools ./casemutants -module .. \
 	      -timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) -log $$log ./$$p 2>&1 | tee $$log.cases | \
 	      sed -n 's/^casemutants: killed \([0-9]*\), lived \([0-9]*\).*/\1 \/ \2/p'); \
-	    printf '| %s | %s | %s | %s | %s | %s | %ss |\n' "$$p" "$$1" "$$2" "$$3" "$$eff" "$${cases:-casemutants failed: see $$log.cases}" "$$(( $$(date +%s) - start ))" >> $$rows; \
+	    printf '| %s | %s | %s | %s | %s | %s | %ss (--workers %s) | %s |\n' "$$p" "$$1" "$$2" "$$3" "$$eff" "$${cases:-casemutants failed: see $$log.cases}" "$$(( $$(date +%s) - start ))" "$(or $(MUTATE_WORKERS),$(shell nproc 2>/dev/null || echo ?))" "$$when" >> $$rows; \
 	  else \
-	    printf '| %s | | | | | | gremlins failed: see %s |\n' "$$p" "$$log" >> $$rows; \
+	    printf '| %s | | | | | | gremlins failed: see %s | %s |\n' "$$p" "$$log" "$$when" >> $$rows; \
 	  fi; \
 	  tail -4 $$log; tail -1 $$log.cases 2>/dev/null || true; \
 	done; \
+	if [ ! -f TESTING.md ]; then printf '# How the tests are checked\n\n' > TESTING.md; fi; \
+	sed -n '/<!-- mutate:begin/,/<!-- mutate:end/p' TESTING.md > $$out/old; \
 	sect=$$out/section; \
 	{ echo '<!-- mutate:begin: written by make mutate; edits here are lost -->'; \
 	  echo; \
-	  echo "Measured $$(date -u +%Y-%m-%d\ %H:%M) UTC with \`make mutate MUTATE_PKGS=\"$(MUTATE_PKGS)\" MUTATE_WORKERS=$(MUTATE_WORKERS)\`:"; \
-	  echo "\`CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 gremlins unleash $(MUTATE_FLAGS) ./<package>\` (nodenet under \`unshare --net\`; $(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs)."; \
-	  echo "Case conditions: of the not covered mutants, those in a tagless switch's case expressions, which the cover tool puts in no block, so gremlins never runs them; \\`tools/casemutants\\` runs them (killed / lived; not in the efficacy)."; \
+	  echo "Each row is written by \`make mutate\` when its package is in MUTATE_PKGS, and kept when it is not: \`CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 gremlins unleash --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) --workers N ./<package>\` (nodenet under \`unshare --net\`; $(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs; the workers are in the time column, the date and commit in the last)."; \
+	  echo "Case conditions: of the not covered mutants, those in a tagless switch's case expressions, which the cover tool puts in no block, so gremlins never runs them; \`tools/casemutants\` runs them (killed / lived; not in the efficacy)."; \
 	  echo; \
-	  echo '| package | killed | lived | not covered | efficacy | case conditions killed / lived | time |'; \
-	  echo '|---|---:|---:|---:|---:|---:|---|'; \
-	  cat $$rows; \
+	  echo '| package | killed | lived | not covered | efficacy | case conditions killed / lived | time | measured |'; \
+	  echo '|---|---:|---:|---:|---:|---:|---|---|'; \
+	  for p in $(MUTATE_ALL); do \
+	    r=$$(awk -v p="| $$p |" 'index($$0, p) == 1' $$rows $$out/old | head -1); \
+	    echo "$${r:-| $$p | | | | | | | not measured |}"; \
+	  done; \
 	  echo; \
 	  echo '<!-- mutate:end -->'; } > $$sect; \
-	if [ ! -f TESTING.md ]; then printf '# How the tests are checked\n\n' > TESTING.md; fi; \
 	if grep -q '<!-- mutate:begin' TESTING.md; then \
 	  awk -v sf=$$sect '/<!-- mutate:begin/ { while ((getline l < sf) > 0) print l; skip = 1; next } \
 	    /<!-- mutate:end/ { skip = 0; next } !skip' TESTING.md > $$out/TESTING.md && cp $$out/TESTING.md TESTING.md; \
