@@ -230,6 +230,7 @@ func nodeE2EErrorFindings(fs []nodecidr.Finding) map[nodecidr.FindingKind][]stri
 func TestNodeCIDRSecondStoryDoctorAndFix(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
+	nodeE2ELargeCluster(t)
 	const (
 		nodeCount = 300
 		ns        = "story2"
@@ -617,6 +618,7 @@ func nodeE2EJournalGaps(t *testing.T, dir string) (gaps map[string]time.Duration
 func TestNodeCIDRNoderecreateSurvivesSIGKILL(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
+	nodeE2ELargeCluster(t)
 	const (
 		nodeCount = 200
 		holdNode  = "worker-007"

@@ -40,6 +40,31 @@ import (
 )
 
 // nodeE2EClient returns the cluster's admin clientset.
+// largeClusters lets one test with hundreds of kwok nodes run at a time.
+// Two at once (two control planes and two kwoks with 500 nodes between them)
+// starve each other on a two-core machine: in a CI run on 2026-11-27,
+// TestNodeCIDRNoderecreateSurvivesSIGKILL (200 nodes) and
+// TestNodeCIDRSecondStoryDoctorAndFix (301 nodes, 601 pods) ran together,
+// kwok renewed no node Lease for over 50 s, 98 nodes were tainted
+// unreachable, and the moved nodes' new pods stayed Pending past 2 minutes.
+var largeClusters = make(chan struct{}, 1)
+
+// nodeE2ELargeCluster waits, after t.Parallel, until no other test with a
+// large cluster runs, and holds the turn until t ends.
+func nodeE2ELargeCluster(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case largeClusters <- struct{}{}:
+	case <-t.Context().Done():
+		t.Fatal("waiting for the other large cluster's test to end: test context done")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Logf("waited %s for the other large cluster's test to end", d.Round(time.Second))
+	}
+	t.Cleanup(func() { <-largeClusters })
+}
+
 func nodeE2EClient(t *testing.T, c *harness.Cluster) kubernetes.Interface {
 	t.Helper()
 	cs, err := c.Client()

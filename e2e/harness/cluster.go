@@ -601,6 +601,11 @@ func (c *Cluster) baseFlags(comp *component) []string {
 			// a minute to clear the not-ready taints of 300 new nodes.
 			"--kube-api-qps=200",
 			"--kube-api-burst=400",
+			// kwok renews the node Leases; on a loaded two-core machine it
+			// can fall behind the default 50 s, and the node lifecycle
+			// controller then taints healthy nodes unreachable (and evicts
+			// their pods). No test here is about node liveness.
+			"--node-monitor-grace-period=5m",
 		}
 		if !c.opts.DisableNodeIPAM {
 			flags = append(flags, "--allocate-node-cidrs=true", "--cluster-cidr="+c.opts.ClusterCIDR)
