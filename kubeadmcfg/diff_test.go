@@ -67,7 +67,10 @@ func TestUnifiedDiffPatchesBack(t *testing.T) {
 
 var hunkRE = regexp.MustCompile(`^@@ -(\d+),(\d+) \+(\d+),(\d+) @@$`)
 
-// applyUnified is a minimal patch(1) for diffs of whole files with newline-terminated lines.
+// applyUnified is a minimal patch(1) for diffs of whole files. Unlike
+// patch and git apply, it holds each hunk to both sides of its header: the
+// old file's lines at the old start, the new file's lines at the new start,
+// and both counts.
 func applyUnified(a, d string) (string, error) {
 	if d == "" {
 		return a, nil
@@ -83,11 +86,23 @@ func applyUnified(a, d string) (string, error) {
 		}
 		start, _ := strconv.Atoi(m[1])
 		alen, _ := strconv.Atoi(m[2])
+		bstart, _ := strconv.Atoi(m[3])
+		blen, _ := strconv.Atoi(m[4])
 		if alen > 0 {
 			start--
 		}
+		if blen > 0 {
+			bstart--
+		}
+		if start < pos || start > len(src) {
+			return "", fmt.Errorf("hunk %q starts outside the old file's remaining lines %d to %d", lines[i], pos, len(src))
+		}
 		out = append(out, src[pos:start]...)
 		pos = start
+		if len(out) != bstart {
+			return "", fmt.Errorf("hunk %q: its new lines start after line %d of the new file, not %d", lines[i], len(out), bstart)
+		}
+		header, aStart, bStart := lines[i], pos, len(out)
 		for i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "@@") {
 			i++
 			l := lines[i]
@@ -112,6 +127,9 @@ func applyUnified(a, d string) (string, error) {
 			case '+':
 				out = append(out, text)
 			}
+		}
+		if pos-aStart != alen || len(out)-bStart != blen {
+			return "", fmt.Errorf("hunk %q has %d old and %d new lines", header, pos-aStart, len(out)-bStart)
 		}
 	}
 	out = append(out, src[pos:]...)
@@ -152,7 +170,8 @@ func TestUnifiedDiffGitApplies(t *testing.T) {
 	}
 	f := filepath.Join(dir, "f")
 	// Prefix and suffix that would overlap, and texts that are empty.
-	fixed := [][2]string{{"a\n", "a\na\n"}, {"a\na\n", "a\n"}, {"a\nb\na\n", "a\n"}, {"", "a\n"}, {"a\nb\n", ""}, {"a", "a\n"}}
+	fixed := [][2]string{{"a\n", "a\na\n"}, {"a\na\n", "a\n"}, {"a\nb\na\n", "a\n"}, {"", "a\n"}, {"a\nb\n", ""}, {"a", "a\n"},
+		{"x\ny\nz\n", "y\nz\n"}, {"y\nz\n", "x\ny\nz\n"}} // a change at the start, then only the common suffix
 	for i := range 150 + len(fixed) {
 		a, b := text(), text()
 		if i < len(fixed) {
@@ -171,6 +190,9 @@ func TestUnifiedDiffGitApplies(t *testing.T) {
 		got, err := os.ReadFile(f)
 		require.NoError(t, err)
 		require.Equal(t, b, string(got), "case %d: a=%q\n%s", i, a, d)
+		patched, err := applyUnified(a, d)
+		require.NoError(t, err, "case %d: a=%q\nb=%q\n%s", i, a, b, d)
+		require.Equal(t, b, patched, "case %d", i)
 		require.Equal(t, minimalEdits(a, b), changedLines(d), "case %d: the diff removes and adds no line it could keep\na=%q\nb=%q\n%s", i, a, b, d)
 	}
 }
