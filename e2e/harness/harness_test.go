@@ -310,11 +310,11 @@ func TestProcessExitAndStop(t *testing.T) {
 // sleep must not outlive it (Pdeathsig).
 func TestChildrenDieWithHarness(t *testing.T) {
 	if os.Getenv("HARNESS_PDEATHSIG_CHILD") == "1" {
-		logFile, err := os.CreateTemp("", "pdeathsig")
+		// The parent's t.TempDir: the child exits without cleaning up.
+		logFile, err := os.Create(os.Getenv("HARNESS_PDEATHSIG_LOG"))
 		if err != nil {
 			os.Exit(2)
 		}
-		defer os.Remove(logFile.Name())
 		p, err := startProcess("/bin/sleep", []string{"300"}, os.Environ(), logFile)
 		if err != nil {
 			os.Exit(2)
@@ -326,7 +326,7 @@ func TestChildrenDieWithHarness(t *testing.T) {
 		t.Skip("needs /proc")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildrenDieWithHarness$")
-	cmd.Env = append(os.Environ(), "HARNESS_PDEATHSIG_CHILD=1")
+	cmd.Env = append(os.Environ(), "HARNESS_PDEATHSIG_CHILD=1", "HARNESS_PDEATHSIG_LOG="+filepath.Join(t.TempDir(), "child.log"))
 	out, err := cmd.Output()
 	require.NoError(t, err, "child: %s", out)
 	var pid int
