@@ -91,3 +91,35 @@ func TestDecodeConfigMap(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 	require.ErrorIs(t, s.AddConfigMap(nil), ErrInvalid)
 }
+
+// Values lists a setting only where it is written: an empty serviceSubnet,
+// dnsDomain, clusterDNS or clusterDomain is not a value to compare. A
+// ConfigMap given without a namespace is kube-system's.
+func TestValuesListOnlyWhatIsWritten(t *testing.T) {
+	for _, written := range []bool{false, true} {
+		kubeadm := "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+		kubelet := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+		if written {
+			kubeadm += "  serviceSubnet: 10.96.0.0/12\n  dnsDomain: cluster.local\n"
+			kubelet += "clusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\n"
+		}
+		s := &Snapshot{}
+		require.NoError(t, s.AddConfigMap(&corev1.ConfigMap{ObjectMeta: configMap(KubeadmConfigMap, "", "", "1").ObjectMeta, Data: map[string]string{KubeadmConfigKey: kubeadm}}))
+		cm := configMap(KubeletConfigMap, KubeletConfigKey, kubelet, "2")
+		cm.Namespace = ""
+		require.NoError(t, s.AddConfigMap(cm))
+		assert.Equal(t, Namespace, s.KubeletRef.Namespace, "a ConfigMap without a namespace is kube-system's")
+		got := map[string]string{}
+		for _, v := range s.Values() {
+			got[v.Where] = v.Value
+		}
+		want := map[string]string{"ConfigMap kube-system/kubeadm-config ClusterConfiguration networking.podSubnet": "10.244.0.0/16"}
+		if written {
+			want["ConfigMap kube-system/kubeadm-config ClusterConfiguration networking.serviceSubnet"] = "10.96.0.0/12"
+			want["ConfigMap kube-system/kubeadm-config ClusterConfiguration networking.dnsDomain"] = "cluster.local"
+			want["ConfigMap kube-system/kubelet-config kubelet clusterDNS"] = "10.96.0.10"
+			want["ConfigMap kube-system/kubelet-config kubelet clusterDomain"] = "cluster.local"
+		}
+		assert.Equal(t, want, got, "written=%t", written)
+	}
+}
