@@ -39,7 +39,6 @@ import (
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
-// nodeE2EClient returns the cluster's admin clientset.
 // largeClusters lets one test with hundreds of kwok nodes run at a time.
 // Two at once (two control planes and two kwoks with 500 nodes between them)
 // starve each other on a two-core machine: in a CI run on 2026-11-27,
@@ -65,6 +64,7 @@ func nodeE2ELargeCluster(t *testing.T) {
 	t.Cleanup(func() { <-largeClusters })
 }
 
+// nodeE2EClient returns the cluster's admin clientset.
 func nodeE2EClient(t *testing.T, c *harness.Cluster) kubernetes.Interface {
 	t.Helper()
 	cs, err := c.Client()

@@ -182,19 +182,29 @@ func TestUnifiedDiffGitApplies(t *testing.T) {
 			require.Empty(t, d)
 			continue
 		}
-		require.NoError(t, os.WriteFile(f, []byte(a), 0o600))
-		cmd := exec.Command(git, "apply", "--whitespace=nowarn", "-")
-		cmd.Dir, cmd.Stdin = dir, strings.NewReader(d)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "case %d: git apply: %s\na=%q\nb=%q\n%s", i, out, a, b, d)
-		got, err := os.ReadFile(f)
-		require.NoError(t, err)
-		require.Equal(t, b, string(got), "case %d: a=%q\n%s", i, a, d)
+		got, err := gitApply(git, f, a, d)
+		require.NoError(t, err, "case %d: a=%q\nb=%q\n%s", i, a, b, d)
+		require.Equal(t, b, got, "case %d: a=%q\n%s", i, a, d)
 		patched, err := applyUnified(a, d)
 		require.NoError(t, err, "case %d: a=%q\nb=%q\n%s", i, a, b, d)
 		require.Equal(t, b, patched, "case %d", i)
 		require.Equal(t, minimalEdits(a, b), changedLines(d), "case %d: the diff removes and adds no line it could keep\na=%q\nb=%q\n%s", i, a, b, d)
 	}
+}
+
+// gitApply writes a to the file f, applies the diff d to it with git apply
+// (which checks each hunk's context and old start) and returns the result.
+func gitApply(git, f, a, d string) (string, error) {
+	if err := os.WriteFile(f, []byte(a), 0o600); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(git, "apply", "--whitespace=nowarn", "-")
+	cmd.Dir, cmd.Stdin = filepath.Dir(f), strings.NewReader(d)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git apply: %w: %s", err, out)
+	}
+	got, err := os.ReadFile(f)
+	return string(got), err
 }
 
 // minimalEdits is the number of lines a shortest diff from a to b removes
@@ -254,15 +264,12 @@ func TestUnifiedDiffJoinsHunksLikeDiffU(t *testing.T) {
 		require.True(t, errors.As(err, &exit) && exit.ExitCode() == 1, "diff exits 1 when the files differ: %v", err)
 		got := UnifiedDiff("a/f", "b/f", []byte(a.String()), []byte(b.String()))
 		assert.Equal(t, string(out), got, "%d equal lines between the changes", gap)
-		assert.Equal(t, 1+boolInt(gap > 2*diffContext), strings.Count(got, "\n@@ "), "%d equal lines between the changes", gap)
+		hunks := 1
+		if gap > 2*diffContext {
+			hunks = 2
+		}
+		assert.Equal(t, hunks, strings.Count(got, "\n@@ "), "%d equal lines between the changes", gap)
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Past maxDiffCells the line matcher is not run: the changed middle is shown
@@ -301,14 +308,8 @@ func TestUnifiedDiffReplacesTheMiddleOfLargeFiles(t *testing.T) {
 			assert.Equal(t, tc.n+tc.m, changedLines(d), "%dx%d lines: the middle is replaced whole", tc.n, tc.m)
 			assert.Less(t, minimalEdits(a, b), tc.n+tc.m)
 		}
-		f := filepath.Join(dir, "f")
-		require.NoError(t, os.WriteFile(f, []byte(a), 0o600))
-		cmd := exec.Command(git, "apply", "-")
-		cmd.Dir, cmd.Stdin = dir, strings.NewReader(d)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%dx%d lines: git apply: %s", tc.n, tc.m, out)
-		got, err := os.ReadFile(f)
-		require.NoError(t, err)
-		require.Equal(t, b, string(got))
+		got, err := gitApply(git, filepath.Join(dir, "f"), a, d)
+		require.NoError(t, err, "%dx%d lines", tc.n, tc.m)
+		require.Equal(t, b, got)
 	}
 }

@@ -104,7 +104,7 @@ func TestValuesListOnlyWhatIsWritten(t *testing.T) {
 			kubelet += "clusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\n"
 		}
 		s := &Snapshot{}
-		require.NoError(t, s.AddConfigMap(&corev1.ConfigMap{ObjectMeta: configMap(KubeadmConfigMap, "", "", "1").ObjectMeta, Data: map[string]string{KubeadmConfigKey: kubeadm}}))
+		require.NoError(t, s.AddConfigMap(configMap(KubeadmConfigMap, KubeadmConfigKey, kubeadm, "1")))
 		cm := configMap(KubeletConfigMap, KubeletConfigKey, kubelet, "2")
 		cm.Namespace = ""
 		require.NoError(t, s.AddConfigMap(cm))
