@@ -52,11 +52,13 @@ type CleanupOptions struct {
 func backendDevices(backend string, raw json.RawMessage, ipv6 bool) []string {
 	switch strings.ToLower(backend) {
 	case "", "vxlan":
+		// As flanneld's parseVXLANConfig: VNI 1 unless the config gives
+		// one, and a VNI of 0 given is kept (the device is flannel.0).
 		vni := 1
 		var c struct {
 			VNI *int `json:"VNI"`
 		}
-		if len(raw) > 0 && json.Unmarshal(raw, &c) == nil && c.VNI != nil && *c.VNI > 0 {
+		if json.Unmarshal(raw, &c) == nil && c.VNI != nil && *c.VNI >= 0 {
 			vni = *c.VNI
 		}
 		devs := []string{fmt.Sprintf("flannel.%d", vni)}

@@ -127,3 +127,21 @@ func TestCleanupSteps(t *testing.T) {
 	steps = CleanupSteps(CleanupOptions{Node: "n", Backend: []byte(`{"Type":"vxlan","VNI":4}`)})
 	assert.True(t, strings.Contains(steps[2].Command, "flannel.4"), steps[2].Command)
 }
+
+// TestCleanupDeletesTheVXLANDeviceFlanneldNamed: flanneld's vxlan backend
+// names its device flannel.<VNI>, with VNI 1 when the config gives none (or
+// null), and keeps a VNI of 0 when it is given (flannel-io/flannel v0.28.10,
+// pkg/backend/vxlan parseVXLANConfig).
+func TestCleanupDeletesTheVXLANDeviceFlanneldNamed(t *testing.T) {
+	for backend, dev := range map[string]string{
+		``:                            "flannel.1",
+		`{"Type":"vxlan"}`:            "flannel.1",
+		`{"Type":"vxlan","VNI":null}`: "flannel.1",
+		`{"Type":"vxlan","VNI":0}`:    "flannel.0",
+		`{"Type":"vxlan","vni":7}`:    "flannel.7",
+	} {
+		steps := CleanupSteps(CleanupOptions{Node: "n", BackendType: "vxlan", Backend: []byte(backend)})
+		require.Greater(t, len(steps), 2, backend)
+		assert.Equal(t, "ip link delete "+dev, steps[2].Command, backend)
+	}
+}
