@@ -83,6 +83,8 @@ func TestResolve(t *testing.T) {
 			defaulted: []string{"SubnetLen", "SubnetMin", "SubnetMax"}},
 		{name: "explicit range", in: `{"Network": "10.0.0.0/16", "SubnetLen": 26, "SubnetMin": "10.0.8.0", "SubnetMax": "10.0.9.192"}`,
 			subnetLen: 26, min: "10.0.8.0", max: "10.0.9.192", subnets: 8},
+		{name: "one subnet", in: `{"Network": "10.0.0.0/16", "SubnetMin": "10.0.5.0", "SubnetMax": "10.0.5.0"}`,
+			subnetLen: 24, min: "10.0.5.0", max: "10.0.5.0", subnets: 1, defaulted: []string{"SubnetLen"}},
 		{name: "dual stack", in: `{"Network": "10.244.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`,
 			subnetLen: 24, min: "10.244.1.0", max: "10.244.255.0", subnets: 255, defaulted: []string{"SubnetLen", "SubnetMin", "SubnetMax"},
 			v6: &Layout{SubnetLen: 64, SubnetMin: netip.MustParseAddr("fd00:10:244:1::"), SubnetMax: netip.MustParseAddr("fd00:10:244:ff::")}},

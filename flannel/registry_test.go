@@ -126,6 +126,12 @@ func TestAuditNoConfigAndMixedBackends(t *testing.T) {
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.0.1.0-24", pfx + "/subnets/10.0.2.0-23", pfx + "/subnets/10.0.2.0-24"}}, findingKeys(rep, FindingBackendMismatch))
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.0.2.0-23", pfx + "/subnets/10.0.2.0-24"}}, findingKeys(rep, FindingOverlap))
 	assert.Len(t, findingKeys(rep, FindingUnknownNode), 3, "an empty node list makes every lease stale")
+	for _, f := range rep.Findings {
+		if f.Kind == FindingUnknownNode {
+			assert.Equal(t, "PublicIP 192.168.0.1 belongs to no node: the lease is stale (it expires in 24h0m0s unless renewed) and can be deleted", f.Detail)
+			break
+		}
+	}
 	assert.Equal(t, 4, rep.Count(cidr.SeverityWarning))
 }
 
@@ -162,6 +168,13 @@ func TestAuditDualStack(t *testing.T) {
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.5.34.0-24&fd00:10:244:5::-64", pfx + "/subnets/10.5.35.0-24&fd00:10:244:5::-64"}}, findingKeys(rep, FindingDuplicate))
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.5.36.0-24"}}, findingKeys(rep, FindingIncompatible))
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.5.37.0-24&fd00:99::-64"}}, findingKeys(rep, FindingOutsideNetwork))
+	for _, f := range rep.Findings {
+		if f.Kind == FindingOutsideNetwork {
+			assert.Contains(t, f.Detail, "fd00:99::/64 lies outside IPv6Network fd00:10:244::/56;")
+		}
+	}
+	assert.Empty(t, leaseOverlaps(snap.Leases, cidr.IPv4), "the IPv4 subnets are all different")
+	assert.Len(t, leaseOverlaps(snap.Leases, cidr.IPv6), 1, "two leases share fd00:10:244:5::/64")
 	require.Len(t, rep.Capacity, 2)
 	assert.Equal(t, "1", rep.Capacity[1].Leased.String())
 
