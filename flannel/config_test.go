@@ -3,6 +3,7 @@ package flannel
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,6 +50,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad SubnetMin", `{"SubnetMin": "10.0.0"}`, "SubnetMin", "not an IP address"},
 		{"ipv6 SubnetMin", `{"SubnetMin": "fd00::"}`, "SubnetMin", "must be an IPv4 address"},
 		{"backend string", `{"Backend": "vxlan"}`, "Backend", `{"Type": "vxlan"}`},
+		{"ipv6 network garbage", `{"IPv6Network": "fd00::/x"}`, "IPv6Network", `IPv6Network "fd00::/x": not a CIDR; write it like "fd00:10:244::/56"`},
+		// Lengths past 128 (255 for IPv6) are refused here; up to there, Resolve
+		// refuses what flanneld does (TestResolveSubnetLenBounds).
+		{"SubnetLen 129", `{"Network": "10.0.0.0/8", "SubnetLen": 129}`, "SubnetLen", `SubnetLen "129": must be a prefix length of at most 30`},
+		{"IPv6SubnetLen 256", `{"IPv6SubnetLen": 256}`, "IPv6SubnetLen", `IPv6SubnetLen "256": must be a prefix length of at most 126`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,6 +150,51 @@ func TestResolveErrors(t *testing.T) {
 			assert.Contains(t, ce.Flanneld, tt.flanneld)
 		})
 	}
+}
+
+// TestResolveSubnetLenBounds: SubnetLen may be up to 30 (126 for IPv6) and
+// as short as the network's length plus two (four subnets); one past either
+// end is refused with flanneld's message and a reason that names the bound.
+func TestResolveSubnetLenBounds(t *testing.T) {
+	for _, tc := range []struct {
+		in               string
+		field, value     string // the error's; "" when the config resolves
+		reason, flanneld string
+	}{
+		{in: `{"Network": "10.0.0.0/8", "SubnetLen": 30}`},
+		{in: `{"Network": "10.0.0.0/16", "SubnetLen": 18}`},
+		{in: `{"Network": "10.0.0.0/8", "SubnetLen": 31}`, field: "SubnetLen", value: "31",
+			reason: "must be at most 30: each node needs room for a bridge and a tunnel address", flanneld: "SubnetLen must be less than /31"},
+		{in: `{"Network": "10.0.0.0/8", "SubnetLen": 128}`, field: "SubnetLen", value: "128",
+			reason: "must be at most 30: each node needs room for a bridge and a tunnel address", flanneld: "SubnetLen must be less than /31"},
+		{in: `{"Network": "10.0.0.0/16", "SubnetLen": 17}`, field: "SubnetLen", value: "17",
+			reason: "must be at least 18 so that Network 10.0.0.0/16 holds four subnets or more", flanneld: "network must be able to accommodate at least four subnets"},
+		{in: `{"Network": "10.0.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00::/64", "IPv6SubnetLen": 126}`},
+		{in: `{"Network": "10.0.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00::/64", "IPv6SubnetLen": 255}`, field: "IPv6SubnetLen", value: "255",
+			reason: "must be at most 126: each node needs room for a bridge and a tunnel address", flanneld: "SubnetLen must be less than /127"},
+	} {
+		c, err := ParseConfig([]byte(tc.in))
+		require.NoError(t, err, tc.in)
+		_, err = c.Resolve()
+		if tc.field == "" {
+			assert.NoError(t, err, tc.in)
+			continue
+		}
+		var ce *ConfigError
+		if assert.True(t, errors.As(err, &ce), "%s: %v", tc.in, err) {
+			assert.Equal(t, ConfigError{Field: tc.field, Value: tc.value, Reason: tc.reason, Flanneld: tc.flanneld}, *ce, tc.in)
+		}
+	}
+}
+
+// TestErrorTexts: an empty value or input is left out of the message, and
+// input is quoted whole up to 120 bytes, cut with "..." past that.
+func TestErrorTexts(t *testing.T) {
+	assert.Equal(t, `flannel config: EnableIPv4: no family enabled`, (&ConfigError{Field: "EnableIPv4", Reason: "no family enabled"}).Error())
+	assert.Equal(t, `lease key: empty`, (&ParseError{What: "lease key", Reason: "empty"}).Error())
+	long := strings.Repeat("x", 120)
+	assert.Equal(t, `lease value "`+long+`": bad`, (&ParseError{What: "lease value", Input: long, Reason: "bad"}).Error())
+	assert.Equal(t, `lease value "`+long+`...": bad`, (&ParseError{What: "lease value", Input: long + "y", Reason: "bad"}).Error())
 }
 
 func TestLayoutCompatible(t *testing.T) {
