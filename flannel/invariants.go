@@ -109,9 +109,9 @@ func (r *Registry) checkPlanStore(ctx context.Context, p *Plan) error {
 	for _, st := range p.Steps {
 		moves = moves || st.Action == ActionMoveLease
 	}
-	if moves {
+	if moves { // so p.Steps[0] exists
 		var cfg *Config
-		if len(p.Steps) > 0 && p.Steps[0].Action == ActionPutConfig {
+		if p.Steps[0].Action == ActionPutConfig {
 			c, err := ParseConfig([]byte(p.Steps[0].Value))
 			if err != nil {
 				return planError(0, p.Steps[0], "%v", err)

@@ -45,3 +45,85 @@ func TestSetNetworkSameNetwork(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidRequest)
 	assert.ErrorContains(t, err, "EnableIPv6")
 }
+
+// TestApplyRefusesAnEditedPlanBeforeAnyWrite: each edit of a valid plan that
+// the planner could not have made is refused as an invalid plan, naming what
+// was edited, and nothing reaches the store. The world is fuzzPlanWorld with
+// two more leases: 10.5.8.9-24, a key not written by flanneld that holds
+// 10.5.8.0/24, and 10.5.7.0-24, written last, so created at exactly the
+// plan's revision.
+func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		plan func(*Snapshot) (*Plan, error)
+		edit func(*Step)
+		want string
+	}{
+		{"a delete's From is another subnet",
+			func(s *Snapshot) (*Plan, error) { return PlanDelete(s, []string{"10.5.2.0-24"}, "") },
+			func(st *Step) { st.From = SubnetKey{IPv4: netip.MustParsePrefix("10.5.3.0/24")} },
+			"from 10.5.3.0-24 does not match the key's subnet 10.5.2.0-24"},
+		{"a move onto a lease created at the plan's revision",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) {
+				st.NewKey, st.To = pfx+"/subnets/10.5.7.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.7.0/24")}
+			},
+			"destination " + pfx + "/subnets/10.5.7.0-24 was already held at the plan's revision 8 (created at 8): the plan was edited"},
+		{"a move onto a subnet another key holds",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) {
+				st.NewKey, st.To = pfx+"/subnets/10.5.8.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.8.0/24")}
+			},
+			"destination 10.5.8.0/24 overlaps " + pfx + "/subnets/10.5.8.9-24 (10.5.8.9/24), held by another lease"},
+		{"a move writes another value for the same node",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.Value = flanneldValue("192.168.0.1", "host-gw") },
+			"the store holds another value or etcd lease for the key at mod revision 3: the plan was edited"},
+		{"a move attaches another etcd lease",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.LeaseID = 0 },
+			"the store holds another value or etcd lease for the key at mod revision 3: the plan was edited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, kv, reg := fuzzPlanWorld(t)
+			for _, name := range []string{"10.5.8.9-24", "10.5.7.0-24"} {
+				_, err := m.Put(pfx+"/subnets/"+name, []byte(flanneldValue("192.168.0.7", "vxlan")), 0)
+				require.NoError(t, err)
+			}
+			snap, err := reg.Snapshot(ctx)
+			require.NoError(t, err)
+			require.EqualValues(t, 8, snap.Revision)
+			p, err := tc.plan(snap)
+			require.NoError(t, err)
+			require.Len(t, p.Steps, 1)
+			tc.edit(&p.Steps[0])
+			_, err = reg.Apply(ctx, p, ApplyOptions{})
+			assert.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Zero(t, kv.writes)
+		})
+	}
+}
+
+// TestApplyMovesADualStackLease: a planned move of a dual-stack lease passes
+// the plan's checks and lands on both new subnets.
+func TestApplyMovesADualStackLease(t *testing.T) {
+	ctx := context.Background()
+	m, _, reg := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`), 0)
+	require.NoError(t, err)
+	putLease(t, m, "10.5.34.0-24&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
+	snap, err := reg.Snapshot(ctx)
+	require.NoError(t, err)
+	to := SubnetKey{IPv4: netip.MustParsePrefix("10.5.35.0/24"), IPv6: netip.MustParsePrefix("fd00:10:244:6::/64")}
+	p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.34.0-24&fd00:10:244:5::-64", To: to}})
+	require.NoError(t, err)
+	res, err := reg.Apply(ctx, p, ApplyOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.Done)
+	snap, err = reg.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Leases, 1)
+	assert.Equal(t, to, snap.Leases[0].Subnet)
+}
