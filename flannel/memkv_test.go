@@ -61,9 +61,13 @@ func TestMemKVRevisions(t *testing.T) {
 	assert.EqualValues(t, 4, res.KVs[0].ModRevision)
 
 	// Deleting nothing does not bump the revision, as in etcd.
-	_, err = m.Delete("/nothing")
+	r, err = m.Delete("/nothing")
 	require.NoError(t, err)
+	assert.EqualValues(t, 4, r)
 	assert.EqualValues(t, 4, m.Revision())
+	r, err = m.Delete("/b")
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, r)
 }
 
 func TestMemKVLeases(t *testing.T) {
@@ -98,7 +102,9 @@ func TestMemKVLeases(t *testing.T) {
 	id2 := m.Grant(time.Minute)
 	_, err = m.Put("/k2", []byte("v"), id2)
 	require.NoError(t, err)
+	rev := m.Revision()
 	require.NoError(t, m.Revoke(id2))
+	assert.Equal(t, rev+1, m.Revision(), "revoking a lease deletes its keys at a new revision, as in etcd")
 	res, err = m.Get(ctx, "/k2", GetOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, res.KVs)

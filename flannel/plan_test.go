@@ -1,0 +1,47 @@
+package flannel
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlanDeleteReason: a delete without a reason is a stale lease's; a
+// reason given is kept on every step.
+func TestPlanDeleteReason(t *testing.T) {
+	_, _, reg := fuzzPlanWorld(t)
+	snap, err := reg.Snapshot(context.Background())
+	require.NoError(t, err)
+	for reason, want := range map[string]string{"": "stale lease", "node removed": "node removed"} {
+		p, err := PlanDelete(snap, []string{"10.5.2.0-24", "garbage"}, reason)
+		require.NoError(t, err)
+		require.Len(t, p.Steps, 2)
+		for _, st := range p.Steps {
+			assert.Equal(t, want, st.Reason, st.Key)
+		}
+	}
+}
+
+// TestPlanMoveOfALeaseInItsLastSecond: etcd reports 0 s left for a lease in
+// its last second, and -1 once it expired. The first still holds the key and
+// is moved; the second is refused, as there is nothing left to move.
+func TestPlanMoveOfALeaseInItsLastSecond(t *testing.T) {
+	_, _, reg := fuzzPlanWorld(t)
+	snap, err := reg.Snapshot(context.Background())
+	require.NoError(t, err)
+	l := snap.Lease(pfx + "/subnets/10.5.1.0-24")
+	require.NotNil(t, l)
+	require.NotZero(t, l.LeaseID)
+
+	l.TTLSeconds = 0
+	p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}})
+	require.NoError(t, err)
+	require.Len(t, p.Steps, 1)
+	assert.Equal(t, l.LeaseID, p.Steps[0].LeaseID)
+
+	l.TTLSeconds = -1
+	_, err = PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}})
+	assert.ErrorIs(t, err, ErrLeaseNotFound)
+}
