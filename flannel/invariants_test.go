@@ -44,6 +44,9 @@ func TestSetNetworkSameNetwork(t *testing.T) {
 	_, _, err = SetNetworkText([]byte(`{"Network": "10.244.0.0/16"}`), SetNetworkRequest{IPv6Network: netip.MustParsePrefix("fd00::/48")}, true)
 	assert.ErrorIs(t, err, ErrInvalidRequest)
 	assert.ErrorContains(t, err, "EnableIPv6")
+	_, _, err = SetNetworkText([]byte(`{"Network": "10.244.0.0/16"}`), SetNetworkRequest{}, true)
+	assert.ErrorIs(t, err, ErrInvalidRequest)
+	assert.ErrorContains(t, err, "give a new Network or IPv6Network")
 }
 
 // TestApplyRefusesAnEditedPlanBeforeAnyWrite: each edit of a valid plan that

@@ -2,6 +2,7 @@ package flannel
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -44,4 +45,36 @@ func TestPlanMoveOfALeaseInItsLastSecond(t *testing.T) {
 	l.TTLSeconds = -1
 	_, err = PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}})
 	assert.ErrorIs(t, err, ErrLeaseNotFound)
+}
+
+// TestPlanSetNetworkSaysOnlyWhatItDoes: a new network that keeps every lease
+// and moves none warns of neither; the description names only the enabled
+// families' networks.
+func TestPlanSetNetworkSaysOnlyWhatItDoes(t *testing.T) {
+	ctx := context.Background()
+	m, _, reg := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "IPv6Network": "fd00:10:244::/56"}`), 0)
+	require.NoError(t, err)
+	putLease(t, m, "10.5.2.0-24", "10.0.0.1", "vxlan")
+	snap, err := reg.Snapshot(ctx)
+	require.NoError(t, err)
+
+	p, err := PlanSetNetwork(snap, SetNetworkRequest{Network: netip.MustParsePrefix("10.4.0.0/15")})
+	require.NoError(t, err)
+	require.Len(t, p.Steps, 1)
+	assert.Equal(t, []string{"flanneld reads the config only when it starts: every node keeps its current subnet until its flanneld restarts"}, p.Warnings)
+	assert.Equal(t, "move the flannel network to 10.4.0.0/15", p.Description, "IPv6Network is set but not enabled")
+
+	p, err = PlanSetNetwork(snap, SetNetworkRequest{Network: netip.MustParsePrefix("10.20.0.0/16"), MoveLeases: true})
+	require.NoError(t, err)
+	require.Len(t, p.Steps, 2)
+	assert.Contains(t, p.Warnings, moveWarning)
+
+	_, err = m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56"}`), 0)
+	require.NoError(t, err)
+	snap, err = reg.Snapshot(ctx)
+	require.NoError(t, err)
+	p, err = PlanSetNetwork(snap, SetNetworkRequest{Network: netip.MustParsePrefix("10.4.0.0/15")})
+	require.NoError(t, err)
+	assert.Equal(t, "move the flannel network to 10.4.0.0/15 + fd00:10:244::/56", p.Description)
 }
