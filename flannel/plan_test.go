@@ -78,3 +78,16 @@ func TestPlanSetNetworkSaysOnlyWhatItDoes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "move the flannel network to 10.4.0.0/15 + fd00:10:244::/56", p.Description)
 }
+
+// TestSetNetworkRefusesAFamilyTheConfigDoesNotEnable: flanneld ignores the
+// network of a family the config turns off, so setting it is refused; the
+// family it turns on is set.
+func TestSetNetworkRefusesAFamilyTheConfigDoesNotEnable(t *testing.T) {
+	v6only := []byte(`{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56"}`)
+	_, _, err := SetNetworkText(v6only, SetNetworkRequest{Network: netip.MustParsePrefix("10.20.0.0/16")}, true)
+	assert.ErrorIs(t, err, ErrInvalidRequest)
+	assert.ErrorContains(t, err, "new Network 10.20.0.0/16: the config does not enable IPv4 (EnableIPv4 is false)")
+	out, _, err := SetNetworkText(v6only, SetNetworkRequest{IPv6Network: netip.MustParsePrefix("fd00:20::/56")}, true)
+	require.NoError(t, err)
+	assert.Equal(t, `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:20::/56"}`, string(out))
+}

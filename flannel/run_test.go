@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,6 +233,57 @@ func TestApplyCleansUpALargeRun(t *testing.T) {
 	assert.True(t, res.Done)
 	keys, _ = runKeys(t, m)
 	assert.Empty(t, keys)
+}
+
+// cutRunKeyDeleteKV fails the first transaction that deletes a run key,
+// as a machine that dies between the cleanup's transactions.
+type cutRunKeyDeleteKV struct {
+	KV
+	cut bool
+}
+
+func (k *cutRunKeyDeleteKV) Txn(ctx context.Context, t Txn) (*TxnResult, error) {
+	for _, op := range t.Then {
+		rest, isRun := strings.CutPrefix(op.Key, pfx+runDir)
+		if !k.cut && op.Type == OpDelete && isRun && !strings.Contains(rest, "/") {
+			k.cut = true
+			return nil, errors.New("connection lost")
+		}
+	}
+	return k.KV.Txn(ctx, t)
+}
+
+// TestApplyFinishesARunWhoseCleanupStoppedAfterItsRecords: the cleanup
+// deletes a run's records first and its run key last, so a cleanup cut
+// short between them leaves a run key without records. Applying the plan
+// again finds the run done and deletes the run key alone.
+func TestApplyFinishesARunWhoseCleanupStoppedAfterItsRecords(t *testing.T) {
+	ctx := t.Context()
+	m, _, _ := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "Backend": {"Type": "vxlan"}}`), 0)
+	require.NoError(t, err)
+	var keys []string
+	for i := range maxCleanupOps { // one transaction of records, then the run key's
+		keys = append(keys, fmt.Sprintf("10.5.%d.0-24", i))
+		putLease(t, m, keys[i], fmt.Sprintf("10.0.0.%d", i+1), "vxlan")
+	}
+	cut := &cutRunKeyDeleteKV{KV: opsLimitKV{m}}
+	reg, err := NewRegistry(cut, RegistryOptions{})
+	require.NoError(t, err)
+	snap, err := reg.Snapshot(ctx)
+	require.NoError(t, err)
+	p, err := PlanDelete(snap, keys, "")
+	require.NoError(t, err)
+	_, err = reg.Apply(ctx, p, ApplyOptions{})
+	require.ErrorContains(t, err, "connection lost")
+	left, _ := runKeys(t, m)
+	require.Equal(t, []string{reg.RunKey(p.ID())}, left, "the run key, without records")
+
+	res, err := reg.Apply(ctx, p, ApplyOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.Done)
+	left, _ = runKeys(t, m)
+	assert.Empty(t, left)
 }
 
 // TestApplyReportsAResumeFromItsJournalAlone: a run whose only trace is in

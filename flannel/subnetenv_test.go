@@ -59,6 +59,19 @@ func TestParseSubnetEnvErrors(t *testing.T) {
 	}
 }
 
+// TestParseSubnetEnvErrorsNameTheLine: an error in a line names the line
+// and quotes it; one about the whole file names neither.
+func TestParseSubnetEnvErrorsNameTheLine(t *testing.T) {
+	_, err := ParseSubnetEnv([]byte("FLANNEL_SUBNET=10.1.2.1/24\nFLANNEL_MTU=big\n"))
+	var pe *ParseError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "subnet.env line 2", pe.What)
+	assert.Equal(t, "FLANNEL_MTU=big", pe.Input)
+	_, err = ParseSubnetEnv([]byte("FLANNEL_NETWORK=10.0.0.0/8\n"))
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, ParseError{What: "subnet.env", Reason: "neither FLANNEL_SUBNET nor FLANNEL_IPV6_SUBNET is set; it was not written by flanneld", Err: ErrBadSubnetEnv}, *pe)
+}
+
 func TestNewSubnetEnv(t *testing.T) {
 	c, err := ParseConfig([]byte(`{"Network": "172.7.0.0/16", "Backend": {"Type": "host-gw"}}`))
 	require.NoError(t, err)
