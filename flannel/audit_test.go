@@ -106,3 +106,44 @@ func TestAuditUnknownNodeByIPv6(t *testing.T) {
 	rep := Audit(snap, AuditOptions{Nodes: nodes})
 	assert.Equal(t, [][]string{{pfx + "/subnets/10.0.2.0-24"}}, findingKeys(rep, FindingUnknownNode))
 }
+
+// TestAuditOneBackendWithoutAConfigIsNoMismatch: with no config to compare
+// with, leases all of one backend agree with each other.
+func TestAuditOneBackendWithoutAConfigIsNoMismatch(t *testing.T) {
+	m, _, reg := newTestRegistry(t)
+	putLease(t, m, "10.0.1.0-24", "192.168.0.1", "vxlan")
+	putLease(t, m, "10.0.2.0-24", "192.168.0.2", "VXLAN")
+	snap, err := reg.Snapshot(context.Background())
+	require.NoError(t, err)
+	rep := Audit(snap, AuditOptions{})
+	assert.Len(t, findingKeys(rep, FindingConfigMissing), 1)
+	assert.Empty(t, findingKeys(rep, FindingBackendMismatch))
+}
+
+// TestAuditUnknownNodeSaysWhenTheLeaseEnds: a stale lease's finding says
+// whether it ends on its own: a reservation never does, a gone etcd lease
+// already did, a lease in its last second does unless renewed.
+func TestAuditUnknownNodeSaysWhenTheLeaseEnds(t *testing.T) {
+	m, _, reg := newTestRegistry(t)
+	names := []string{"10.0.1.0-24", "10.0.2.0-24", "10.0.3.0-24"}
+	for i, n := range names {
+		putLease(t, m, n, "192.168.0."+string(rune('1'+i)), "udp")
+	}
+	snap, err := reg.Snapshot(context.Background())
+	require.NoError(t, err)
+	snap.Leases[0].LeaseID, snap.Leases[0].TTLSeconds = 0, 0
+	snap.Leases[1].TTLSeconds = -1
+	snap.Leases[2].TTLSeconds = 0
+	rep := Audit(snap, AuditOptions{Nodes: []NodeAddresses{}})
+	var details []string
+	for _, f := range rep.Findings {
+		if f.Kind == FindingUnknownNode {
+			details = append(details, f.Detail)
+		}
+	}
+	assert.Equal(t, []string{
+		"PublicIP 192.168.0.1 belongs to no node: the lease is stale (a reservation, it never expires) and can be deleted",
+		"PublicIP 192.168.0.2 belongs to no node: the lease is stale (its etcd lease is gone) and can be deleted",
+		"PublicIP 192.168.0.3 belongs to no node: the lease is stale (it expires in 0s unless renewed) and can be deleted",
+	}, details)
+}

@@ -188,6 +188,8 @@ func TestEtcdConfigUnsetTimeoutsGetTheirDefaults(t *testing.T) {
 			got := cfg.withDefaults()
 			assert.Equal(t, tc.wantDial, got.DialTimeout, "DialTimeout")
 			assert.Equal(t, tc.wantRqust, got.RequestTimeout, "RequestTimeout")
+			assert.Positive(t, got.DialTimeout, "a dial is always bounded")
+			assert.Positive(t, got.RequestTimeout, "a request is always bounded")
 
 			kv, err := DialEtcd(t.Context(), cfg)
 			require.NoError(t, err)

@@ -66,9 +66,6 @@ func (s *Server) Stop() {
 	s.etcd = nil
 }
 
-// Running reports whether the server is up.
-func (s *Server) Running() bool { return s.etcd != nil }
-
 // Restart starts etcd again on the same data directory and ports.
 func (s *Server) Restart() {
 	s.t.Helper()
