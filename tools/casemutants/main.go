@@ -9,13 +9,19 @@
 // is "not covered" and never run, however well the tests exercise it.
 //
 // casemutants reads a gremlins log, keeps the NOT COVERED mutants whose
-// position lies in no coverage block of the package, applies each with the
-// same token change gremlins makes, and runs the package's tests with the
+// position lies in a case clause's expressions, applies each with the same
+// token change gremlins makes, and runs the package's tests with the
 // mutated file given through `go test -overlay`, so the source tree is never
 // written. It prints a line per mutant in gremlins' words (KILLED, LIVED,
 // TIMED OUT, NOT VIABLE) and a summary line:
 //
-//	casemutants: killed 12, lived 3, timed out 0, not viable 0, moved 0 (15 in case expressions; 13 not covered in blocks no test ran)
+//	casemutants: killed 12, lived 3, timed out 0, not viable 0, moved 0 (15 in case expressions; 13 not covered in blocks no test ran; 2 elsewhere)
+//
+// "Elsewhere" are the other not covered mutants in no block of the
+// package's coverage profile: in a constant's expression, or in a file the
+// profile does not hold (a test helper package below the package, which
+// gremlins mutates but whose coverage the package's tests do not record).
+// They are left alone: gremlins' "not covered" is right for them.
 //
 // With -lived it also runs the mutants the log says lived, against the
 // package's tests as they are now, to see which new tests kill them (a
@@ -35,6 +41,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
 	"go/scanner"
 	"go/token"
 	"io"
@@ -92,11 +100,8 @@ func parseLog(r io.Reader) ([]mutant, error) {
 }
 
 // inNoBlock reports whether line:col of a file lies outside every block of
-// its coverage profile (nil: the file is not in the profile at all).
+// its coverage profile.
 func inNoBlock(p *cover.Profile, line, col int) bool {
-	if p == nil {
-		return true
-	}
 	for _, b := range p.Blocks {
 		after := line > b.StartLine || line == b.StartLine && col >= b.StartCol
 		before := line < b.EndLine || line == b.EndLine && col <= b.EndCol
@@ -105,6 +110,31 @@ func inNoBlock(p *cover.Profile, line, col int) bool {
 		}
 	}
 	return true
+}
+
+// inCaseExpr reports whether line:col of the Go source src lies in the
+// expressions of a switch's case clause.
+func inCaseExpr(src []byte, line, col int) (bool, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "", src, parser.SkipObjectResolution)
+	if err != nil {
+		return false, err
+	}
+	found := false
+	ast.Inspect(f, func(n ast.Node) bool {
+		cc, ok := n.(*ast.CaseClause)
+		if !ok || found {
+			return !found
+		}
+		for _, e := range cc.List {
+			from, to := fset.Position(e.Pos()), fset.Position(e.End())
+			after := line > from.Line || line == from.Line && col >= from.Column
+			before := line < to.Line || line == to.Line && col < to.Column
+			found = found || after && before
+		}
+		return !found
+	})
+	return found, nil
 }
 
 // apply returns src with the token at line:col changed as kind says.
@@ -244,37 +274,50 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 	if err != nil {
 		return fmt.Errorf("reading the coverage profile: %w", err)
 	}
-	byFile := map[string]*cover.Profile{}
-	for _, p := range profiles {
-		byFile[filepath.Base(p.FileName)] = p
-	}
-	list := exec.CommandContext(ctx, "go", "list", "-f", "{{.Dir}}", pkg)
+	list := exec.CommandContext(ctx, "go", "list", "-f", "{{.ImportPath}}\n{{.Dir}}", pkg)
 	list.Dir = module
 	out, err := list.Output()
 	if err != nil {
 		return fmt.Errorf("finding the directory of %s: %w", pkg, err)
 	}
-	r := runner{module: module, pkg: pkg, dir: strings.TrimSpace(string(out)), tmp: tmp, timeout: time.Duration(float64(took) * coefficient)}
+	importPath, dir, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	byFile := map[string]*cover.Profile{}
+	for _, p := range profiles {
+		byFile[p.FileName] = p
+	}
+	r := runner{module: module, pkg: pkg, dir: dir, tmp: tmp, timeout: time.Duration(float64(took) * coefficient)}
 
 	counts, livedAgain := map[result]int{}, map[result]int{}
-	cases, blocks, wasLived := 0, 0, 0
+	cases, blocks, elsewhere, wasLived := 0, 0, 0, 0
 	for _, m := range muts {
-		tally := counts
-		switch {
-		case m.Status == "LIVED" && !again:
+		if m.Status == "LIVED" && !again {
 			continue
-		case m.Status == "LIVED":
-			tally = livedAgain
-			wasLived++
-		case !inNoBlock(byFile[filepath.Base(m.File)], m.Line, m.Col):
-			blocks++
-			continue
-		default:
-			cases++
 		}
 		src, err := os.ReadFile(filepath.Join(r.dir, m.File))
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", m.File, err)
+		}
+		// The profile names files by import path; one below the package
+		// (a test helper package gremlins mutates too) is not in it.
+		prof := byFile[importPath+"/"+filepath.ToSlash(m.File)]
+		tally := counts
+		switch inCase, err := inCaseExpr(src, m.Line, m.Col); {
+		case m.Status == "LIVED":
+			tally = livedAgain
+			wasLived++
+		case err != nil:
+			return fmt.Errorf("parsing %s: %w", m.File, err)
+		case prof == nil:
+			elsewhere++
+			continue
+		case inCase:
+			cases++
+		case !inNoBlock(prof, m.Line, m.Col):
+			blocks++
+			continue
+		default:
+			elsewhere++
+			continue
 		}
 		res := moved
 		if mutated, err := apply(src, m); err == nil {
@@ -285,8 +328,8 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 		tally[res]++
 		fmt.Fprintf(w, "%12s %s\n", res, m)
 	}
-	fmt.Fprintf(w, "casemutants: killed %d, lived %d, timed out %d, not viable %d, moved %d (%d in case expressions; %d not covered in blocks no test ran)\n",
-		counts[killed], counts[lived], counts[timedOut], counts[notViable], counts[moved], cases, blocks)
+	fmt.Fprintf(w, "casemutants: killed %d, lived %d, timed out %d, not viable %d, moved %d (%d in case expressions; %d not covered in blocks no test ran; %d elsewhere)\n",
+		counts[killed], counts[lived], counts[timedOut], counts[notViable], counts[moved], cases, blocks, elsewhere)
 	if again {
 		fmt.Fprintf(w, "casemutants -lived: killed %d, lived %d, timed out %d, not viable %d, moved %d (of %d gremlins saw live)\n",
 			livedAgain[killed], livedAgain[lived], livedAgain[timedOut], livedAgain[notViable], livedAgain[moved], wasLived)

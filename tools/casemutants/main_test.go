@@ -44,8 +44,27 @@ func TestInNoBlock(t *testing.T) {
 			t.Errorf("%d:%d: got %v, want %v", c.line, c.col, got, c.want)
 		}
 	}
-	if !inNoBlock(nil, 1, 1) {
-		t.Error("a file with no profile: every position is in no block")
+}
+
+func TestInCaseExpr(t *testing.T) {
+	src := []byte("package p\n\nconst big = 10 * 10\n\nfunc f(n int) int {\n\tswitch {\n\tcase n < 0,\n\t\tn > big:\n\t\treturn n - 1\n\t}\n\tswitch n + 1 {\n\tcase 2 * 3:\n\t}\n\treturn 0\n}\n")
+	for _, c := range []struct {
+		line, col int
+		want      bool
+	}{
+		{7, 7, true}, {7, 9, true}, {7, 11, true}, {7, 12, false}, {8, 5, true}, {8, 2, false},
+		{9, 12, false}, {3, 16, false}, {11, 11, false}, {12, 9, true}, {7, 2, false},
+	} {
+		got, err := inCaseExpr(src, c.line, c.col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%d:%d: got %v, want %v", c.line, c.col, got, c.want)
+		}
+	}
+	if _, err := inCaseExpr([]byte("package p\nfunc {"), 1, 1); err == nil {
+		t.Error("a file that does not parse: no error")
 	}
 }
 
@@ -84,9 +103,10 @@ func TestApply(t *testing.T) {
 }
 
 // TestRun runs the mutants of testdata/mod/sw's gremlins log: the case
-// conditions are run, the mutant in a function no test calls is left alone,
-// the lived ones only with -lived (one of them no longer where the log
-// says), and the source tree is not written.
+// conditions are run; the mutant in a function no test calls, the one in a
+// constant and the one in sw/inner (not in sw's coverage profile) are left
+// alone; the lived ones only with -lived (one of them no longer where the
+// log says), and the source tree is not written.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test once per mutant")
@@ -102,7 +122,7 @@ func TestRun(t *testing.T) {
 		"      KILLED CONDITIONALS_NEGATION at sw.go:10:9",
 		"       LIVED CONDITIONALS_BOUNDARY at sw.go:10:9",
 	}
-	summary := "casemutants: killed 3, lived 1, timed out 0, not viable 0, moved 0 (4 in case expressions; 1 not covered in blocks no test ran)"
+	summary := "casemutants: killed 3, lived 1, timed out 0, not viable 0, moved 0 (4 in case expressions; 1 not covered in blocks no test ran; 2 elsewhere)"
 	for _, c := range []struct {
 		lived bool
 		want  []string

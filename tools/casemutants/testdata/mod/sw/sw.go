@@ -17,3 +17,7 @@ func Class(n int) string {
 func Double(n int) int {
 	return n + n
 }
+
+// Big is a constant: the cover tool gives it no block, yet it is no case
+// condition.
+const Big = 1000 * 1000
