@@ -2,6 +2,7 @@ package flannel
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestAuditNotRenewedFiveMinutesPastTheMargin(t *testing.T) {
 	require.NoError(t, err)
 	names := []string{"10.0.1.0-24", "10.0.2.0-24", "10.0.3.0-24", "10.0.4.0-24"}
 	for i, n := range names {
-		putLease(t, m, n, "192.168.0."+string(rune('1'+i)), "udp")
+		putLease(t, m, n, fmt.Sprintf("192.168.0.%d", i+1), "udp")
 	}
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)
@@ -127,7 +128,7 @@ func TestAuditUnknownNodeSaysWhenTheLeaseEnds(t *testing.T) {
 	m, _, reg := newTestRegistry(t)
 	names := []string{"10.0.1.0-24", "10.0.2.0-24", "10.0.3.0-24"}
 	for i, n := range names {
-		putLease(t, m, n, "192.168.0."+string(rune('1'+i)), "udp")
+		putLease(t, m, n, fmt.Sprintf("192.168.0.%d", i+1), "udp")
 	}
 	snap, err := reg.Snapshot(context.Background())
 	require.NoError(t, err)
