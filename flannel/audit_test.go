@@ -18,9 +18,7 @@ import (
 // whose etcd lease is gone (-1), is not reported; one with nothing left is.
 func TestAuditNotRenewedFiveMinutesPastTheMargin(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.0.0.0/16"}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.0.0.0/16"}`)
 	names := []string{"10.0.1.0-24", "10.0.2.0-24", "10.0.3.0-24", "10.0.4.0-24"}
 	for i, n := range names {
 		putLease(t, m, n, fmt.Sprintf("192.168.0.%d", i+1), "udp")
@@ -65,9 +63,7 @@ func TestAuditNotRenewedFiveMinutesPastTheMargin(t *testing.T) {
 // reported against it (in lower case, as flanneld compares them).
 func TestAuditBackendMismatchUnderAnInvalidConfig(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.0.0.0/31", "Backend": {"Type": "VXLAN"}}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.0.0.0/31", "Backend": {"Type": "VXLAN"}}`)
 	putLease(t, m, "10.0.0.0-24", "192.168.0.1", "vxlan")
 	putLease(t, m, "10.0.1.0-24", "192.168.0.2", "host-gw")
 	snap, err := reg.Snapshot(ctx)
@@ -93,9 +89,7 @@ func TestAuditBackendMismatchUnderAnInvalidConfig(t *testing.T) {
 // has that either.
 func TestAuditUnknownNodeByIPv6(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.0.0.0/16"}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.0.0.0/16"}`)
 	for name, ip6 := range map[string]string{"10.0.1.0-24": "fd00::11", "10.0.2.0-24": "fd00::12"} {
 		_, err := m.Put(pfx+"/subnets/"+name, []byte(`{"PublicIP":"0.0.0.0","PublicIPv6":"`+ip6+`","BackendType":"udp"}`), m.Grant(24*time.Hour))
 		require.NoError(t, err)

@@ -113,9 +113,7 @@ func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
 // the plan's checks and lands on both new subnets.
 func TestApplyMovesADualStackLease(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`)
 	putLease(t, m, "10.5.34.0-24&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)

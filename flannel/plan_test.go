@@ -52,9 +52,7 @@ func TestPlanMoveOfALeaseInItsLastSecond(t *testing.T) {
 // families' networks.
 func TestPlanSetNetworkSaysOnlyWhatItDoes(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "IPv6Network": "fd00:10:244::/56"}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.5.0.0/16", "IPv6Network": "fd00:10:244::/56"}`)
 	putLease(t, m, "10.5.2.0-24", "10.0.0.1", "vxlan")
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)

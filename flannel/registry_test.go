@@ -26,6 +26,15 @@ func newTestRegistry(t *testing.T) (*MemKV, *fakeClock, *Registry) {
 	return m, clk, reg
 }
 
+// newConfiguredRegistry is newTestRegistry with config stored under <prefix>/config.
+func newConfiguredRegistry(t *testing.T, config string) (*MemKV, *fakeClock, *Registry) {
+	t.Helper()
+	m, clk, reg := newTestRegistry(t)
+	_, err := m.Put(pfx+"/config", []byte(config), 0)
+	require.NoError(t, err)
+	return m, clk, reg
+}
+
 func putLease(t *testing.T, m *MemKV, name, ip, backend string) int64 {
 	t.Helper()
 	id := m.Grant(24 * time.Hour)
@@ -137,9 +146,7 @@ func TestAuditNoConfigAndMixedBackends(t *testing.T) {
 
 func TestAuditExhausted(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.0.0.0/28"}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.0.0.0/28"}`)
 	for _, n := range []string{"10.0.0.4-30", "10.0.0.8-30", "10.0.0.12-30"} {
 		putLease(t, m, n, "192.168.0.1", "udp")
 	}
@@ -155,9 +162,7 @@ func TestAuditExhausted(t *testing.T) {
 
 func TestAuditDualStack(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(`{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`)
 	putLease(t, m, "10.5.34.0-24&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
 	putLease(t, m, "10.5.35.0-24&fd00:10:244:5::-64", "192.168.0.2", "vxlan")
 	putLease(t, m, "10.5.36.0-24", "192.168.0.3", "vxlan")
@@ -193,13 +198,11 @@ func TestAuditDualStack(t *testing.T) {
 
 func TestPlanErrors(t *testing.T) {
 	ctx := context.Background()
-	m, clk, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
+	m, clk, reg := newConfiguredRegistry(t, storyConfig)
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
 	putLease(t, m, "172.7.2.0-24", "10.0.0.2", "host-gw")
 	short := m.Grant(time.Minute)
-	_, err = m.Put(pfx+"/subnets/172.7.3.0-24", []byte(flanneldValue("10.0.0.3", "host-gw")), short)
+	_, err := m.Put(pfx+"/subnets/172.7.3.0-24", []byte(flanneldValue("10.0.0.3", "host-gw")), short)
 	require.NoError(t, err)
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)
@@ -272,9 +275,7 @@ func TestPlanErrors(t *testing.T) {
 
 func TestApplyConflicts(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, storyConfig)
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
 	putLease(t, m, "172.7.2.0-24", "10.0.0.2", "host-gw")
 	snap, err := reg.Snapshot(ctx)
@@ -333,9 +334,7 @@ func TestApplyConflicts(t *testing.T) {
 
 func TestPlanSetNetwork(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte("{\n  \"Network\": \"10.5.0.0/16\",\n  \"SubnetMin\": \"10.5.2.0\",\n  \"Backend\": {\"Type\": \"vxlan\", \"VNI\": 1}\n}"), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, "{\n  \"Network\": \"10.5.0.0/16\",\n  \"SubnetMin\": \"10.5.2.0\",\n  \"Backend\": {\"Type\": \"vxlan\", \"VNI\": 1}\n}")
 	putLease(t, m, "10.5.2.0-24", "10.0.0.1", "vxlan")
 	putLease(t, m, "10.5.200.0-24", "10.0.0.2", "vxlan")
 	putLease(t, m, "10.99.0.0-24", "10.0.0.3", "vxlan")
@@ -401,9 +400,7 @@ func TestPlanPutConfig(t *testing.T) {
 // oneMove is a registry with one host-gw lease and the plan that moves it.
 func oneMove(t *testing.T) (*MemKV, *Registry, *Plan) {
 	t.Helper()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, storyConfig)
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
 	snap, err := reg.Snapshot(context.Background())
 	require.NoError(t, err)

@@ -308,9 +308,7 @@ func TestApplyReportsAResumeFromItsJournalAlone(t *testing.T) {
 // twoDeletes is a registry holding two leases and the plan deleting both.
 func twoDeletes(t *testing.T) (*MemKV, *Registry, *Plan) {
 	t.Helper()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, storyConfig)
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
 	putLease(t, m, "172.7.2.0-24", "10.0.0.2", "host-gw")
 	snap, err := reg.Snapshot(t.Context())

@@ -17,9 +17,7 @@ import (
 // subnet away.
 func TestApplyDeleteLeaseRefusedWhenRenewedJustBeforeTheWrite(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte(storyConfig), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, storyConfig)
 	key := pfx + "/subnets/172.7.1.0-24"
 	putLease(t, m, "172.7.1.0-24", "10.0.0.1", "host-gw")
 	snap, err := reg.Snapshot(ctx)
@@ -58,9 +56,7 @@ func TestApplyDeleteLeaseRefusedWhenRenewedJustBeforeTheWrite(t *testing.T) {
 // only stop it at apply time, after the config was rewritten.
 func TestPlanSetNetworkRefusesAMoveOntoAnOccupiedSubnet(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newTestRegistry(t)
-	_, err := m.Put(pfx+"/config", []byte("{\n  \"Network\": \"10.5.0.0/16\",\n  \"SubnetMin\": \"10.5.2.0\",\n  \"Backend\": {\"Type\": \"vxlan\", \"VNI\": 1}\n}"), 0)
-	require.NoError(t, err)
+	m, _, reg := newConfiguredRegistry(t, "{\n  \"Network\": \"10.5.0.0/16\",\n  \"SubnetMin\": \"10.5.2.0\",\n  \"Backend\": {\"Type\": \"vxlan\", \"VNI\": 1}\n}")
 	putLease(t, m, "10.5.2.0-24", "10.0.0.1", "vxlan")
 	putLease(t, m, "10.5.3.0-24", "10.0.0.2", "vxlan")
 	// A node that already joined the new network holds 10.5.3.0's target.
