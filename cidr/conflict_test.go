@@ -87,6 +87,8 @@ func TestAnalyzeKinds(t *testing.T) {
 		why  string
 	}{
 		{r("n", KindNodeNetwork, "10.0.0.0/8"), r("c", KindClusterCIDR, "10.244.0.0/16"), SeverityError, "overlap the node network"},
+		{r("c", KindClusterCIDR, "10.0.0.0/8"), r("n", KindNodeNetwork, "10.1.0.0/24"), SeverityError, "overlap the node network"},
+		{r("x", Kind("other"), "10.0.0.0/8"), r("c", KindClusterCIDR, "10.1.0.0/16"), SeverityError, "ranges overlap"},
 		{r("c", KindClusterCIDR, "10.244.0.0/24"), r("p", KindCalicoPool, "10.244.0.0/16"), SeverityError, "the cluster CIDR should contain the calico-pool"},
 		{r("s1", KindServiceCIDR, "10.96.0.0/12"), r("s2", KindServiceCIDR, "10.96.0.0/16"), SeverityError, "Service ranges overlap"},
 		{r("c1", KindClusterCIDR, "10.0.0.0/8"), r("c2", KindClusterCIDR, "10.1.0.0/16"), SeverityError, "two cluster-cidr ranges overlap"},
