@@ -299,9 +299,21 @@ func TestUnifiedDiffReplacesTheMiddleOfLargeFiles(t *testing.T) {
 	for _, tc := range []struct {
 		n, m     int
 		shortest bool
-	}{{side, side, true}, {side + 1, side, false}} {
+		// headless drops the common first line: the hunk then starts
+		// with the replaced lines, whose numbers its header shows.
+		headless bool
+	}{{side, side, true, false}, {side + 1, side, false, false}, {side + 1, side, false, true}} {
 		a, b := text("a", tc.n), text("b", tc.m)
+		if tc.headless {
+			a, b = strings.TrimPrefix(a, "head\n"), strings.TrimPrefix(b, "head\n")
+		}
 		d := UnifiedDiff("a/f", "b/f", []byte(a), []byte(b))
+		if tc.headless {
+			require.True(t, strings.HasPrefix(d, "--- a/f\n+++ b/f\n@@ -1,"), "%dx%d lines: the hunk starts at line 1 of both files:\n%.60s", tc.n, tc.m, d)
+		}
+		if got, err := applyUnified(a, d); assert.NoError(t, err, "%dx%d lines", tc.n, tc.m) {
+			assert.Equal(t, b, got, "%dx%d lines", tc.n, tc.m)
+		}
 		if tc.shortest {
 			assert.Equal(t, minimalEdits(a, b), changedLines(d), "%dx%d lines: the matcher runs", tc.n, tc.m)
 		} else {
