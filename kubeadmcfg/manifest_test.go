@@ -209,3 +209,52 @@ func TestManifestKubernetesMinorFromImage(t *testing.T) {
 		assert.Equal(t, want, m.KubernetesMinor(), image)
 	}
 }
+
+// A flag given more than once is set, or removed, at every occurrence: the
+// component reads the last one, and a later edit must not find an old value
+// left in an earlier one.
+func TestManifestEditsEveryOccurrence(t *testing.T) {
+	const in = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - kcm\n    - --cluster-cidr=10.0.0.0/8\n    - --v=2\n    - --cluster-cidr\n    - 10.1.0.0/16\n    args:\n    - --cluster_cidr=10.2.0.0/16\n"
+	m, err := ParseManifest([]byte(in))
+	require.NoError(t, err)
+	require.NoError(t, m.SetFlag("cluster-cidr", "10.20.0.0/16"))
+	assert.Equal(t, "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - kcm\n    - --cluster-cidr=10.20.0.0/16\n    - --v=2\n    - --cluster-cidr=10.20.0.0/16\n    args:\n    - --cluster_cidr=10.20.0.0/16\n", string(m.Bytes()))
+
+	m, err = ParseManifest([]byte(in))
+	require.NoError(t, err)
+	require.NoError(t, m.RemoveFlag("cluster-cidr"))
+	assert.Equal(t, "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - kcm\n    - --v=2\n    args: []\n", string(m.Bytes()))
+}
+
+// SetFlag writes every occurrence as --name=value, as its doc says: one that
+// already reads --name=value is left as it is; a flag that has the value
+// already, but as two items or as a bare boolean, is rewritten as one item.
+func TestManifestSetFlagToTheValueItHas(t *testing.T) {
+	const in = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - kcm\n    - \"--cluster-cidr=10.0.0.0/8\"\n    - --allocate-node-cidrs\n    - --service-cluster-ip-range\n    - 10.96.0.0/12\n"
+	m, err := ParseManifest([]byte(in))
+	require.NoError(t, err)
+	require.NoError(t, m.SetFlag("cluster-cidr", "10.0.0.0/8"))
+	assert.Equal(t, in, string(m.Bytes()), "--cluster-cidr=10.0.0.0/8 already reads so")
+	require.NoError(t, m.SetFlag("allocate-node-cidrs", "true"))
+	require.NoError(t, m.SetFlag("service-cluster-ip-range", "10.96.0.0/12"))
+	assert.Equal(t, "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command:\n    - kcm\n    - \"--cluster-cidr=10.0.0.0/8\"\n    - --allocate-node-cidrs=true\n    - --service-cluster-ip-range=10.96.0.0/12\n", string(m.Bytes()))
+}
+
+// A node mask flag is read as a prefix length from 0 to 128; the families'
+// own bounds are checked later, by cidr.ParseControllerManagerFlags.
+func TestManifestMaskFlagBounds(t *testing.T) {
+	for v, want := range map[string]int{"0": 0, "128": 128, " 24 ": 24, "-1": -1, "129": -1, "x": -1} {
+		m, err := ParseManifest([]byte("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - command: [kcm, " + strconv.Quote("--node-cidr-mask-size-ipv6="+v) + "]\n"))
+		require.NoError(t, err, v)
+		f, err := m.ControllerManagerFlags()
+		if want < 0 {
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe, v)
+			assert.Equal(t, "--node-cidr-mask-size-ipv6", fe.Field)
+			assert.Equal(t, v, fe.Value)
+			continue
+		}
+		require.NoError(t, err, v)
+		assert.Equal(t, want, f.NodeCIDRMaskSizeIPv6, v)
+	}
+}
