@@ -251,7 +251,11 @@ func NewPlan(s *Snapshot, in Intent, opts PlanOptions) (*Plan, error) {
 		tgtSvc, p.Target.ServiceSubnet = ps, joinPrefixes(ps)
 	}
 	if (in.NodeMask != 0 || in.NodeMaskIPv6 != 0) && len(tgtPods) == 0 {
-		return nil, invalid("intent", "nodeMask", strconv.Itoa(in.NodeMask), "a node mask needs a pod CIDR: give podSubnet, or read a cluster that has one")
+		field, value := "nodeMask", in.NodeMask
+		if value == 0 {
+			field, value = "nodeMaskIPv6", in.NodeMaskIPv6
+		}
+		return nil, invalid("intent", field, strconv.Itoa(value), "a node mask needs a pod CIDR: give podSubnet, or read a cluster that has one")
 	}
 	// Target node masks, per pod CIDR in order.
 	p.Target.NodeMasks = nil

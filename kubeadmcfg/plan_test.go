@@ -158,12 +158,7 @@ func TestPlanNodeMask(t *testing.T) {
 }
 
 func TestPlanDualStackMask(t *testing.T) {
-	s := &Snapshot{}
-	require.NoError(t, s.AddConfigMap(configMap(KubeadmConfigMap, KubeadmConfigKey, string(golden(t, "v1.33", "cluster-configuration.yaml")), "1")))
-	var err error
-	s.ControllerManager, err = ParseManifest(golden(t, "v1.33", "kube-controller-manager.yaml"))
-	require.NoError(t, err)
-	p, err := NewPlan(s, Intent{NodeMaskIPv6: 80}, PlanOptions{KeepNodeIPAM: true})
+	p, err := NewPlan(dualStackSnapshot(t), Intent{NodeMaskIPv6: 80}, PlanOptions{KeepNodeIPAM: true})
 	require.NoError(t, err)
 	assert.Equal(t, []int{24, 80}, p.Target.NodeMasks)
 	assert.Equal(t, []FlagChange{{Flag: FlagNodeCIDRMaskSizeIPv6, Value: "80"}}, fileEdit(t, p, EditControllerFlags).Changes)
@@ -256,4 +251,70 @@ func TestPlanFirstPodSubnet(t *testing.T) {
 	assert.Equal(t, []string{"networking.podSubnet: (not set) -> 10.244.0.0/16"}, p.ConfigMapEdits[0].Changes)
 	assert.Equal(t, []string{"clusterCIDR: (not set) -> 10.244.0.0/16"}, p.ConfigMapEdits[1].Changes)
 	assert.Contains(t, p.ConfigMapEdits[1].Diff, "-clusterCIDR: \"\"\n+clusterCIDR: 10.244.0.0/16\n")
+}
+
+func dualStackSnapshot(t testing.TB) *Snapshot {
+	t.Helper()
+	s := &Snapshot{}
+	require.NoError(t, s.AddConfigMap(configMap(KubeadmConfigMap, KubeadmConfigKey, string(golden(t, "v1.33", "cluster-configuration.yaml")), "1")))
+	var err error
+	s.ControllerManager, err = ParseManifest(golden(t, "v1.33", "kube-controller-manager.yaml"))
+	require.NoError(t, err)
+	return s
+}
+
+// A node mask is checked against its family's bounds, 1 to 32 or 1 to 128,
+// both ends included; the error names the intent's field that holds it.
+func TestPlanNodeMaskBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		snap  func(testing.TB) *Snapshot
+		in    Intent
+		field string // "" when the mask is accepted
+		value string
+	}{
+		{"IPv4 /1", storyOne, Intent{PodSubnet: "10.0.0.0/8", NodeMask: 1}, "", ""},
+		{"IPv4 /32", storyOne, Intent{PodSubnet: "10.0.0.0/8", NodeMask: 32}, "", ""},
+		{"IPv4 /33", storyOne, Intent{PodSubnet: "10.0.0.0/8", NodeMask: 33}, "nodeMask", "33"},
+		{"IPv4 -1", storyOne, Intent{PodSubnet: "10.0.0.0/8", NodeMask: -1}, "nodeMask", "-1"},
+		{"IPv6 /128", storyOne, Intent{PodSubnet: "fd00:10::/56", NodeMask: 128}, "", ""},
+		{"single-stack IPv6 /129", storyOne, Intent{PodSubnet: "fd00:10::/56", NodeMask: 129}, "nodeMask", "129"},
+		{"single-stack IPv6 /129 as nodeMaskIPv6", storyOne, Intent{PodSubnet: "fd00:10::/56", NodeMaskIPv6: 129}, "nodeMask", "129"},
+		{"dual-stack IPv6 /129", dualStackSnapshot, Intent{NodeMaskIPv6: 129}, "nodeMaskIPv6", "129"},
+		{"dual-stack IPv4 /33", dualStackSnapshot, Intent{NodeMask: 33}, "nodeMask", "33"},
+		{"no pod CIDR, nodeMask", func(testing.TB) *Snapshot { return &Snapshot{} }, Intent{NodeMask: 24}, "nodeMask", "24"},
+		{"no pod CIDR, nodeMaskIPv6", func(testing.TB) *Snapshot { return &Snapshot{} }, Intent{NodeMaskIPv6: 64}, "nodeMaskIPv6", "64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewPlan(tc.snap(t), tc.in, PlanOptions{})
+			if tc.field == "" {
+				require.NoError(t, err)
+				assert.Equal(t, []int{cmp0(tc.in.NodeMask, tc.in.NodeMaskIPv6)}, p.Target.NodeMasks)
+				return
+			}
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, tc.field, fe.Field)
+			assert.Equal(t, tc.value, fe.Value)
+			require.ErrorIs(t, err, ErrInvalid)
+		})
+	}
+}
+
+// A pod CIDR change keeps the node mask the cluster runs with when the
+// intent names none, and the IPv6 one of a dual-stack cluster when only
+// the IPv4 one is asked for.
+func TestPlanKeepsTheRunningNodeMask(t *testing.T) {
+	s := storyOne(t)
+	var err error
+	s.ControllerManager, err = parseManifest("kube-controller-manager.yaml", []byte(strings.Replace(string(golden(t, "v1.34", "kube-controller-manager.yaml")), "--node-cidr-mask-size=24", "--node-cidr-mask-size=26", 1)))
+	require.NoError(t, err)
+	p, err := NewPlan(s, Intent{PodSubnet: "10.20.0.0/16"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{26}, p.Current.NodeMasks)
+	assert.Equal(t, []int{26}, p.Target.NodeMasks)
+
+	p, err = NewPlan(dualStackSnapshot(t), Intent{NodeMask: 25}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{25, 64}, p.Target.NodeMasks)
 }
