@@ -144,6 +144,19 @@ func TestPlanHalfDoneServiceChangeWithManifests(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"172.24.0.53"}, p.Target.ClusterDNS, "the offset in the old range 10.96.0.0/12 is kept")
 	assert.Equal(t, []string{EditKubeletConfig}, editIDs(p))
+
+	// Two old ranges still written down (an earlier change half done): the
+	// controller manager says one, kubeadm-config the other, which holds
+	// clusterDNS. Its offset is kept too, with no fallback warning.
+	s = consistent(t)
+	require.NoError(t, s.APIServer.SetFlag(FlagServiceClusterIPRange, "172.24.0.0/16"))
+	require.NoError(t, s.Kubeadm.SetServiceSubnet("10.112.0.0/12"))
+	require.NoError(t, s.Kubelet.SetClusterDNS([]string{"10.112.0.53"}))
+	p, err = NewPlan(s, Intent{ServiceSubnet: "172.24.0.0/16"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "10.96.0.0/12", p.Current.ServiceSubnet, "the first source still saying an old range")
+	assert.Equal(t, []string{"172.24.0.53"}, p.Target.ClusterDNS, "the offset in the old range 10.112.0.0/12 is kept")
+	assert.False(t, hasCode(p.Findings, CodeClusterDNSOutsideServiceSubnet))
 }
 
 // A pod-CIDR change stopped after kubeadm-config (kube-proxy not updated):
@@ -263,4 +276,31 @@ func TestPlanNothingToDoOnlyWhenEverySourceAgrees(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Without kube-controller-manager's manifest, nodes outside the target are
+// work even when every ConfigMap already agrees and no mask is asked for:
+// they are the only sign read that the node IPAM part is not done.
+func TestPlanNodesLeftBehindAreWork(t *testing.T) {
+	s := consistent(t)
+	s.ControllerManager, s.APIServer = nil, nil
+	require.NoError(t, s.Kubeadm.SetPodSubnet("10.30.0.0/16"))
+	require.NoError(t, s.KubeProxy.SetClusterCIDR("10.30.0.0/16"))
+	p, err := NewPlan(s, Intent{PodSubnet: "10.30.0.0/16"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, p.ConfigMapEdits)
+	assert.Equal(t, []string{"cp1", "w1"}, nodeNames(p.NodeMoves))
+	stepIndex(t, p, byTitle("Rewrite every Node's podCIDR"), "node moves")
+
+	s.Nodes = []cidr.NodePodCIDRs{{Name: "cp1", PodCIDRs: []string{"10.30.0.0/24"}}, {Name: "w1", PodCIDRs: []string{"10.30.1.0/24"}}}
+	_, err = NewPlan(s, Intent{PodSubnet: "10.30.0.0/16"}, PlanOptions{})
+	require.ErrorIs(t, err, ErrNothingToDo, "the nodes moved")
+}
+
+func nodeNames(moves []NodeMove) []string {
+	var out []string
+	for _, m := range moves {
+		out = append(out, m.Name)
+	}
+	return out
 }
