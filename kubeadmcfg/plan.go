@@ -785,6 +785,11 @@ func maskFlagChanges(get func(string) (string, bool), t Layout) []FlagChange {
 		f = fam
 	}
 	out = append(out, FlagChange{Flag: f, Value: strconv.Itoa(t.NodeMasks[0])})
+	// kube-controller-manager refuses a family's mask flag beside
+	// --node-cidr-mask-size, so the one kept is the only one left.
+	if f == FlagNodeCIDRMaskSize && has(fam) {
+		out = append(out, FlagChange{Flag: fam, Remove: true})
+	}
 	if has(other) {
 		out = append(out, FlagChange{Flag: other, Remove: true})
 	}

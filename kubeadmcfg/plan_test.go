@@ -318,3 +318,19 @@ func TestPlanKeepsTheRunningNodeMask(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{25, 64}, p.Target.NodeMasks)
 }
+
+// kube-controller-manager refuses --node-cidr-mask-size beside a family's
+// mask flag. A plan for the mask keeps the first and removes the other, so
+// the flags it proposes are ones the component starts with.
+func TestPlanRemovesAConflictingMaskFlag(t *testing.T) {
+	s := consistent(t)
+	require.NoError(t, s.ControllerManager.SetFlag(FlagNodeCIDRMaskSize, "24"))
+	require.NoError(t, s.ControllerManager.SetFlag(FlagNodeCIDRMaskSizeIPv4, "25"))
+	p, err := NewPlan(s, Intent{NodeMask: 24}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []FlagChange{{Flag: FlagNodeCIDRMaskSizeIPv4, Remove: true}, {Flag: FlagAllocateNodeCIDRs, Value: "true"}},
+		fileEdit(t, p, EditControllerFlags).Changes)
+	require.NotNil(t, p.ProposedFlags)
+	_, _, err = cidr.ParseControllerManagerFlags(*p.ProposedFlags)
+	require.NoError(t, err, "the proposed flags start kube-controller-manager")
+}

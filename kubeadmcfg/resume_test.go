@@ -97,6 +97,14 @@ func TestPlanFinishesAHalfAppliedServiceChange(t *testing.T) {
 	assert.Equal(t, []string{"clusterDNS: 10.96.0.10 -> 172.24.0.10"}, e.Changes)
 	assert.Equal(t, p.ConfigMapEdits[1].After, e.After, "the same edit as the first plan's")
 	assert.Equal(t, []string{"172.24.0.10"}, again.Target.ClusterDNS)
+	var warned []Value
+	for _, f := range again.Findings {
+		if f.Code == CodeClusterDNSOutsideServiceSubnet {
+			warned = append(warned, f.Sources...)
+		}
+	}
+	assert.Equal(t, []Value{{Where: half.Kubelet.Source() + " clusterDNS[0]", Value: "10.96.0.10"}}, warned,
+		"no source read records the old range: the tenth address, with a warning naming the kubelet's setting")
 	assert.Equal(t, fileEditIDs(p), fileEditIDs(again), "the manifests were not read: their edits stay")
 	assert.Equal(t, stepShape(withoutEdits(p.Steps, EditKubeadmConfig)), stepShape(again.Steps), "the rest of the procedure, in the same order")
 	for i, st := range again.Steps {
@@ -256,6 +264,13 @@ func TestPlanNothingToDoOnlyWhenEverySourceAgrees(t *testing.T) {
 			in: Intent{ServiceSubnet: "10.96.0.0/12"}, work: EditKubeletConfig},
 		{name: "node mask disagrees", mod: kcmFlag(FlagNodeCIDRMaskSize, "23"),
 			in: Intent{NodeMask: 24}, work: EditControllerFlags},
+		// Flags kube-controller-manager refuses (both mask forms) leave the
+		// current masks at the default, which the intent asks for: the
+		// flags are still work.
+		{name: "kube-controller-manager mask flags conflict", mod: func(t *testing.T, s *Snapshot) {
+			kcmFlag(FlagNodeCIDRMaskSize, "24")(t, s)
+			kcmFlag(FlagNodeCIDRMaskSizeIPv4, "25")(t, s)
+		}, in: Intent{NodeMask: 24}, work: EditControllerFlags},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -273,6 +288,11 @@ func TestPlanNothingToDoOnlyWhenEverySourceAgrees(t *testing.T) {
 			assert.Contains(t, append(editIDs(p), fileEditIDs(p)...), tc.work)
 			for _, e := range p.FileEdits {
 				assert.NotEmpty(t, e.Diff, "%s: a manifest edit that changes nothing is not planned", e.ID)
+			}
+			for _, st := range p.Steps {
+				if st.Edit != "" {
+					assert.Contains(t, append(editIDs(p), fileEditIDs(p)...), st.Edit, "step %d %q makes an edit the plan has", st.Number, st.Title)
+				}
 			}
 		})
 	}
