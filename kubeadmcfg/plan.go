@@ -571,8 +571,9 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ",")
 }
 
-// moveDNS maps each clusterDNS address into the new Service range: the tenth
-// address stays the tenth (kubeadm's choice), another keeps its offset.
+// moveDNS maps each clusterDNS address into the new Service range at the
+// same offset, so the tenth address (kubeadm's choice) stays the tenth; one
+// whose offset the new range cannot hold gets its tenth address.
 func moveDNS(dns []string, from, to []netip.Prefix) []string {
 	out := make([]string, 0, len(dns))
 	for _, s := range dns {
@@ -590,11 +591,7 @@ func moveDNS(dns []string, from, to []netip.Prefix) []string {
 				if cidr.FamilyOf(t) != cidr.FamilyOf(f) {
 					continue
 				}
-				if tenth, err := cidr.NthAddr(f, cidr.DNSServiceIndex); err == nil && tenth == a {
-					if n, err := cidr.NthAddr(t, cidr.DNSServiceIndex); err == nil {
-						moved = n.String()
-					}
-				} else if n, err := cidr.RebaseAddr(a, f, t); err == nil {
+				if n, err := cidr.RebaseAddr(a, f, t); err == nil {
 					moved = n.String()
 				} else if n, err := cidr.NthAddr(t, cidr.DNSServiceIndex); err == nil {
 					moved = n.String()
@@ -607,16 +604,14 @@ func moveDNS(dns []string, from, to []netip.Prefix) []string {
 }
 
 // targetFindings checks the target layout on its own: the components' rules
-// and overlaps between pods, Services and the CNI pools.
+// and overlaps between pods, Services and the CNI pools. masks holds the
+// node mask of each pod CIDR, in order.
 func targetFindings(s *Snapshot, pods []netip.Prefix, masks []int, svc []netip.Prefix) []Finding {
 	var out []Finding
 	add := func(sev cidr.Severity, code Code, msg string) {
 		out = append(out, Finding{Severity: sev, Code: code, Message: msg})
 	}
 	for i, pp := range pods {
-		if i >= len(masks) {
-			break
-		}
 		if _, err := cidr.ComputePodCapacity(cidr.NodeIPAM{ClusterCIDR: pp, NodeMask: masks[i]}); err != nil {
 			add(cidr.SeverityError, CodeControllerManagerFlags, fmt.Sprintf("target pod CIDR %s with node mask /%d: %v", pp, masks[i], err))
 		}

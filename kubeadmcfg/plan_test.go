@@ -2,6 +2,7 @@ package kubeadmcfg
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -333,4 +334,15 @@ func TestPlanRemovesAConflictingMaskFlag(t *testing.T) {
 	require.NotNil(t, p.ProposedFlags)
 	_, _, err = cidr.ParseControllerManagerFlags(*p.ProposedFlags)
 	require.NoError(t, err, "the proposed flags start kube-controller-manager")
+}
+
+// clusterDNS keeps its offset in the new Service range (kubeadm's tenth
+// address stays the tenth); an offset the new range cannot hold becomes its
+// tenth address; an address in no old range, or not an address, is kept.
+func TestMoveDNS(t *testing.T) {
+	from := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00::/108")}
+	to := []netip.Prefix{netip.MustParsePrefix("172.24.0.0/24"), netip.MustParsePrefix("fd01::/112")}
+	assert.Equal(t,
+		[]string{"172.24.0.10", "172.24.0.53", "172.24.0.10", "192.168.0.1", "x", "fd01::a", "fd01::10"},
+		moveDNS([]string{"10.96.0.10", " 10.96.0.53", "10.100.0.1", "192.168.0.1", "x", "fd00::a", "fd00::10"}, from, to))
 }

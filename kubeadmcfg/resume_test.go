@@ -264,6 +264,9 @@ func TestPlanNothingToDoOnlyWhenEverySourceAgrees(t *testing.T) {
 			in: Intent{ServiceSubnet: "10.96.0.0/12"}, work: EditKubeletConfig},
 		{name: "node mask disagrees", mod: kcmFlag(FlagNodeCIDRMaskSize, "23"),
 			in: Intent{NodeMask: 24}, work: EditControllerFlags},
+		{name: "kubeadm-config's mask disagrees", mod: func(t *testing.T, s *Snapshot) {
+			require.NoError(t, s.Kubeadm.SetExtraArg(ControllerManager, FlagNodeCIDRMaskSize, "23"))
+		}, in: Intent{NodeMask: 24}, work: EditKubeadmConfig},
 		// Flags kube-controller-manager refuses (both mask forms) leave the
 		// current masks at the default, which the intent asks for: the
 		// flags are still work.
