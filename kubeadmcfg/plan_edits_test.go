@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cidrshift/cidrshift/cidr"
 )
 
 // kubeadmChanges returns the changes of the plan's kubeadm-config edit.
@@ -136,4 +138,48 @@ func TestPlanNodeMaskWiderThanThePodCIDR(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, hasCode(p.Findings, CodeControllerManagerFlags), "%+v", p.Findings)
 	assert.True(t, p.Blocked())
+}
+
+// Without kube-controller-manager's manifest (and no nodes read), a mask
+// change given with the pod CIDR it already has sets --cluster-cidr too (the
+// manifest's is not known); with KeepNodeIPAM there is no pause edit.
+func TestPlanWithoutTheManifestSetsTheWholeNodeIPAM(t *testing.T) {
+	s := consistent(t)
+	s.ControllerManager, s.APIServer, s.Nodes = nil, nil, nil
+	p, err := NewPlan(s, Intent{PodSubnet: "10.244.0.0/16", NodeMask: 25}, PlanOptions{KeepNodeIPAM: true})
+	require.NoError(t, err)
+	assert.Equal(t, []string{EditControllerFlags}, fileEditIDs(p))
+	assert.Equal(t, []FlagChange{{Flag: FlagClusterCIDR, Value: "10.244.0.0/16"}, {Flag: FlagNodeCIDRMaskSize, Value: "25"}},
+		fileEdit(t, p, EditControllerFlags).Changes)
+}
+
+// A cluster whose node IPAM is off (--allocate-node-cidrs=false) still gets
+// the flags its kube-controller-manager would run with.
+func TestPlanProposesFlagsWithNodeIPAMOff(t *testing.T) {
+	s := consistent(t)
+	require.NoError(t, s.ControllerManager.SetFlag(FlagAllocateNodeCIDRs, "false"))
+	p, err := NewPlan(s, Intent{ServiceSubnet: "172.24.0.0/16"}, PlanOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, p.ProposedFlags)
+	assert.Equal(t, cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16", ServiceClusterIPRange: "172.24.0.0/16"}, *p.ProposedFlags)
+}
+
+// The suggested node subnets avoid the Service range of their family, as
+// kube-controller-manager's allocator does, in each family of a dual-stack
+// cluster.
+func TestPlanNodeMovesAvoidTheServiceRange(t *testing.T) {
+	s := consistent(t)
+	p, err := NewPlan(s, Intent{PodSubnet: "10.96.0.0/11"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.True(t, p.Blocked(), "the Service range inside the pod CIDR is an error finding")
+	assert.Equal(t, []NodeMove{
+		{Name: "cp1", From: []string{"10.244.0.0/24"}, To: []string{"10.112.0.0/24"}},
+		{Name: "w1", From: []string{"10.244.1.0/24"}, To: []string{"10.112.1.0/24"}},
+	}, p.NodeMoves, "10.96.0.0/24 and 10.96.1.0/24 are in the Service range 10.96.0.0/12")
+
+	s = dualStackSnapshot(t)
+	s.Nodes = []cidr.NodePodCIDRs{{Name: "a", PodCIDRs: []string{"10.244.3.0/24", "fd00:10:244:3::/64"}}}
+	p, err = NewPlan(s, Intent{PodSubnet: "10.30.0.0/16,fd00:30::/56"}, PlanOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []NodeMove{{Name: "a", From: []string{"10.244.3.0/24", "fd00:10:244:3::/64"}, To: []string{"10.30.3.0/24", "fd00:30:0:3::/64"}}}, p.NodeMoves)
 }
