@@ -151,6 +151,8 @@ func TestPlanWithoutTheManifestSetsTheWholeNodeIPAM(t *testing.T) {
 	assert.Equal(t, []string{EditControllerFlags}, fileEditIDs(p))
 	assert.Equal(t, []FlagChange{{Flag: FlagClusterCIDR, Value: "10.244.0.0/16"}, {Flag: FlagNodeCIDRMaskSize, Value: "25"}},
 		fileEdit(t, p, EditControllerFlags).Changes)
+	st := p.Steps[stepIndex(t, p, byTitle("Rewrite every Node's podCIDR"), "node moves")]
+	assert.NotContains(t, st.Detail, "Nodes to move", "no nodes were read")
 }
 
 // A cluster whose node IPAM is off (--allocate-node-cidrs=false) still gets

@@ -3,6 +3,7 @@ package kubeadmcfg
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -313,7 +314,8 @@ func TestPlanNodesLeftBehindAreWork(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, p.ConfigMapEdits)
 	assert.Equal(t, []string{"cp1", "w1"}, nodeNames(p.NodeMoves))
-	stepIndex(t, p, byTitle("Rewrite every Node's podCIDR"), "node moves")
+	st := p.Steps[stepIndex(t, p, byTitle("Rewrite every Node's podCIDR"), "node moves")]
+	assert.True(t, strings.HasSuffix(st.Detail, " Nodes to move (suggested targets): cp1 10.244.0.0/24 -> 10.30.0.0/24; w1 10.244.1.0/24 -> 10.30.1.0/24."), st.Detail)
 
 	s.Nodes = []cidr.NodePodCIDRs{{Name: "cp1", PodCIDRs: []string{"10.30.0.0/24"}}, {Name: "w1", PodCIDRs: []string{"10.30.1.0/24"}}}
 	_, err = NewPlan(s, Intent{PodSubnet: "10.30.0.0/16"}, PlanOptions{})
