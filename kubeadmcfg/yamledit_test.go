@@ -180,6 +180,20 @@ func TestYAMLEditErrors(t *testing.T) {
 
 	y = &yamlStream{src: []byte("a: [1]\n"), reencode: true}
 	require.ErrorIs(t, y.del(ypath{"a", 5}), ErrInvalid)
+	y = &yamlStream{src: []byte("a: 1\nb: 2\n"), reencode: true}
+	err = y.del(ypath{"c"})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "c not found")
+	assert.Equal(t, "a: 1\nb: 2\n", string(y.src), "a refused delete changes nothing")
+	// A path through a list, past its end, or through a key that is not
+	// there finds nothing to delete.
+	for _, p := range []ypath{{"l", "b"}, {"l", 3, "x"}, {"x", "y"}} {
+		y = &yamlStream{src: []byte("l: [1, 2, 3]\n"), reencode: true}
+		err = y.del(p)
+		require.ErrorIs(t, err, ErrInvalid, "%s", p)
+		assert.Contains(t, err.Error(), p.String()+" not found")
+		assert.Equal(t, "l: [1, 2, 3]\n", string(y.src), "%s: a refused delete changes nothing", p)
+	}
 	require.ErrorIs(t, y.insertItem(ypath{"b"}, 0, strNode("x")), ErrInvalid)
 
 	_, err = parseStream([]byte("a: [1\n"))
