@@ -187,12 +187,20 @@ func TestYAMLEditErrors(t *testing.T) {
 	assert.Equal(t, "a: 1\nb: 2\n", string(y.src), "a refused delete changes nothing")
 	// A path through a list, past its end, or through a key that is not
 	// there finds nothing to delete.
-	for _, p := range []ypath{{"l", "b"}, {"l", 3, "x"}, {"x", "y"}} {
+	for _, p := range []ypath{{"l", "b"}, {"l", 3}, {"l", 3, "x"}, {"x", "y"}} {
 		y = &yamlStream{src: []byte("l: [1, 2, 3]\n"), reencode: true}
 		err = y.del(p)
 		require.ErrorIs(t, err, ErrInvalid, "%s", p)
 		assert.Contains(t, err.Error(), p.String()+" not found")
 		assert.Equal(t, "l: [1, 2, 3]\n", string(y.src), "%s: a refused delete changes nothing", p)
+	}
+	// Nor is there an item past the end to set.
+	for _, p := range []ypath{{"l", 3}, {"l", 3, "x"}} {
+		y = &yamlStream{src: []byte("l: [1, 2, 3]\n"), reencode: true}
+		err = y.set(p, strNode("v"))
+		require.ErrorIs(t, err, ErrInvalid, "%s", p)
+		assert.Contains(t, err.Error(), "l has no item 3")
+		assert.Equal(t, "l: [1, 2, 3]\n", string(y.src), "%s: a refused set changes nothing", p)
 	}
 	require.ErrorIs(t, y.insertItem(ypath{"b"}, 0, strNode("x")), ErrInvalid)
 
