@@ -356,13 +356,17 @@ func detectStyle(root *yaml.Node) (step int, compact bool) {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				if v.Style&yaml.FlowStyle == 0 && v.Line > k.Line && len(v.Content) > 0 {
-					switch v.Kind {
-					case yaml.MappingNode:
+				// A block collection's first entry on a line below its key
+				// shows the indentation. The collection's own position is the
+				// first dash of a sequence, unless an anchor or a tag on the
+				// key's line holds it.
+				if v.Style&yaml.FlowStyle == 0 && len(v.Content) > 0 && v.Content[0].Line > k.Line {
+					switch {
+					case v.Kind == yaml.MappingNode:
 						if d := v.Content[0].Column - k.Column; d > 0 && (step == 0 || d < step) {
 							step = d
 						}
-					case yaml.SequenceNode:
+					case v.Kind == yaml.SequenceNode && v.Line > k.Line:
 						if v.Column == k.Column {
 							compactVotes++
 						} else {

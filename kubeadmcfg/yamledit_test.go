@@ -217,11 +217,29 @@ func TestDetectStyle(t *testing.T) {
 		{"a:\n  b: 1\nl:\n- x\n", 2, true},
 		{"a:\n    b: 1\nl:\n    - x\n", 4, false},
 		{"a: 1\n", 2, true},
+		// An anchor or a tag on the key's line: the mapping's first key
+		// still shows the step; the sequence's position is the anchor's,
+		// so it does not vote (the other sequence decides).
+		{"a: &x\n    b: 1\n", 4, true},
+		{"a: !!map\n    b: 1\n", 4, true},
+		{"a: &y\n    - 1\nb:\n- 2\n", 2, true},
+		{"a: &y\n- 1\nb:\n    - 2\n", 2, false},
 	} {
 		var n yaml.Node
 		require.NoError(t, yaml.Unmarshal([]byte(tt.in), &n))
 		step, compact := detectStyle(content(&n))
 		assert.Equal(t, tt.step, step, tt.in)
 		assert.Equal(t, tt.compact, compact, tt.in)
+	}
+}
+
+// A carriage return that is not part of a CRLF is a line break to the YAML
+// parser but not to the line index, so there is no in-place edit; one that
+// ends the text is no exception.
+func TestYAMLEditBareCarriageReturn(t *testing.T) {
+	for _, in := range []string{"a: 1\r", "a: 1\rb: 2\n"} {
+		y := &yamlStream{src: []byte(in), what: "m"}
+		require.ErrorIs(t, y.set(ypath{"a"}, strNode("2")), ErrUnsupportedLayout, "%q", in)
+		assert.Equal(t, in, string(y.src))
 	}
 }
