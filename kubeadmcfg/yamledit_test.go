@@ -125,6 +125,12 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "a:\r\n  b: 1\r\n  c: \"2\"\r\n",
 		},
 		{
+			name: "CRLF: the last key removed leaves {}",
+			in:   "a:\r\n  b:\r\n    c: 1\r\nx: 1\r\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"a", "b", "c"}) },
+			want: "a:\r\n  b: {}\r\nx: 1\r\n",
+		},
+		{
 			name: "no final line break",
 			in:   "a: 1",
 			edit: func(y *yamlStream) error { return y.set(ypath{"b"}, strNode("x")) },
@@ -217,6 +223,7 @@ func TestDetectStyle(t *testing.T) {
 		{"a:\n  b: 1\nl:\n- x\n", 2, true},
 		{"a:\n    b: 1\nl:\n    - x\n", 4, false},
 		{"a: 1\n", 2, true},
+		{"a:\n  b:\n      c: 1\n", 2, true}, // the smallest step seen
 		// An anchor or a tag on the key's line: the mapping's first key
 		// still shows the step; the sequence's position is the anchor's,
 		// so it does not vote (the other sequence decides).
@@ -240,6 +247,16 @@ func TestYAMLEditBareCarriageReturn(t *testing.T) {
 	for _, in := range []string{"a: 1\r", "a: 1\rb: 2\n"} {
 		y := &yamlStream{src: []byte(in), what: "m"}
 		require.ErrorIs(t, y.set(ypath{"a"}, strNode("2")), ErrUnsupportedLayout, "%q", in)
+		assert.Equal(t, in, string(y.src))
+	}
+}
+
+// A quoted scalar that goes on to the next line has no one-line token to
+// replace: the edit is refused (or the stream re-encoded), never a guess.
+func TestYAMLEditMultiLineQuotedScalar(t *testing.T) {
+	for _, in := range []string{"a: \"x\n  y\"\nb: 1\n", "a: 'x\n  y'\nb: 1\n"} {
+		y := &yamlStream{src: []byte(in), what: "m"}
+		require.ErrorIs(t, y.set(ypath{"a"}, strNode("z")), ErrUnsupportedLayout, "%q", in)
 		assert.Equal(t, in, string(y.src))
 	}
 }
