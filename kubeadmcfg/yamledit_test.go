@@ -131,6 +131,24 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "a:\r\n  b: {}\r\nx: 1\r\n",
 		},
 		{
+			name: "single quotes with an escaped quote, then a comment",
+			in:   "a: 'it''s' # c\nb: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("its")) },
+			want: "a: 'its' # c\nb: 1\n",
+		},
+		{
+			name: "a block scalar running to the end is deleted whole",
+			in:   "a: 1\nb: |\n  x\n  y\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"b"}) },
+			want: "a: 1\n",
+		},
+		{
+			name: "the last line, with no final line break, deleted",
+			in:   "a: 1\nb: 2",
+			edit: func(y *yamlStream) error { return y.del(ypath{"b"}) },
+			want: "a: 1\n",
+		},
+		{
 			name: "no final line break",
 			in:   "a: 1",
 			edit: func(y *yamlStream) error { return y.set(ypath{"b"}, strNode("x")) },
@@ -251,10 +269,11 @@ func TestYAMLEditBareCarriageReturn(t *testing.T) {
 	}
 }
 
-// A quoted scalar that goes on to the next line has no one-line token to
-// replace: the edit is refused (or the stream re-encoded), never a guess.
+// A quoted scalar or a flow list that goes on to the next line has no
+// one-line token to replace: the edit is refused (or the stream
+// re-encoded), never a guess.
 func TestYAMLEditMultiLineQuotedScalar(t *testing.T) {
-	for _, in := range []string{"a: \"x\n  y\"\nb: 1\n", "a: 'x\n  y'\nb: 1\n"} {
+	for _, in := range []string{"a: \"x\n  y\"\nb: 1\n", "a: 'x\n  y'\nb: 1\n", "a: [1,\n  2]\nb: 1\n"} {
 		y := &yamlStream{src: []byte(in), what: "m"}
 		require.ErrorIs(t, y.set(ypath{"a"}, strNode("z")), ErrUnsupportedLayout, "%q", in)
 		assert.Equal(t, in, string(y.src))
