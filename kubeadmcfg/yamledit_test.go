@@ -79,6 +79,12 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "a: x\nb: 1\n",
 		},
 		{
+			name: "implicit null after a space before the colon",
+			in:   "a :\nb: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, strNode("x")) },
+			want: "a : x\nb: 1\n",
+		},
+		{
 			name: "list item by item",
 			in:   "clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n",
 			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"172.24.0.10"})) },
@@ -276,6 +282,16 @@ func TestYAMLEditMultiLineQuotedScalar(t *testing.T) {
 	for _, in := range []string{"a: \"x\n  y\"\nb: 1\n", "a: 'x\n  y'\nb: 1\n", "a: [1,\n  2]\nb: 1\n"} {
 		y := &yamlStream{src: []byte(in), what: "m"}
 		require.ErrorIs(t, y.set(ypath{"a"}, strNode("z")), ErrUnsupportedLayout, "%q", in)
+		assert.Equal(t, in, string(y.src))
+	}
+}
+
+// An explicit key with no value at the end of the text ("? a") has no colon
+// to write a value after: no in-place edit, and no read past the end.
+func TestYAMLEditExplicitKeyWithoutAValue(t *testing.T) {
+	for _, in := range []string{"? a", "? a   "} {
+		y := &yamlStream{src: []byte(in), what: "m"}
+		require.ErrorIs(t, y.set(ypath{"a"}, strNode("x")), ErrUnsupportedLayout, "%q", in)
 		assert.Equal(t, in, string(y.src))
 	}
 }
