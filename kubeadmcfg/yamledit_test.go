@@ -85,6 +85,23 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "a : x\nb: 1\n",
 		},
 		{
+			name: "a new key goes above the comments of the key after it",
+			in:   "# head\nb: 1\nnet:\n  dns: x\n  # services\n    # deeper\n  # Services\n  svc: y\n",
+			edit: func(y *yamlStream) error {
+				if err := y.set(ypath{"a"}, strNode("1")); err != nil {
+					return err
+				}
+				return y.set(ypath{"net", "pod"}, strNode("z"))
+			},
+			want: "a: \"1\"\n# head\nb: 1\nnet:\n  dns: x\n  # services\n    # deeper\n  pod: z\n  # Services\n  svc: y\n",
+		},
+		{
+			name: "the only item removed leaves []",
+			in:   "l:\n- a\nx: 1\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"l", 0}) },
+			want: "l: []\nx: 1\n",
+		},
+		{
 			name: "list item by item",
 			in:   "clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n",
 			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"172.24.0.10"})) },
