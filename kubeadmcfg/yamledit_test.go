@@ -102,6 +102,18 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "l: []\nx: 1\n",
 		},
 		{
+			name: "a key indented by one space removed with what it holds",
+			in:   "a:\n b:\n  c: 1\nx: 1\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"a", "b"}) },
+			want: "a: {}\nx: 1\n",
+		},
+		{
+			name: "spaces after the emptied key's colon go",
+			in:   "a:   \n  b: 1\nx: 1\n",
+			edit: func(y *yamlStream) error { return y.del(ypath{"a", "b"}) },
+			want: "a: {}\nx: 1\n",
+		},
+		{
 			name: "list item by item",
 			in:   "clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n",
 			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"172.24.0.10"})) },
