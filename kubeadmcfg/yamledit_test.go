@@ -114,6 +114,12 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "a: {}\nx: 1\n",
 		},
 		{
+			name: "flow mapping stays flow",
+			in:   "a: {x: 1}\nb: 1\n",
+			edit: func(y *yamlStream) error { return y.set(ypath{"a"}, mapNode(strNode("x"), strNode("2"))) },
+			want: "a: {x: \"2\"}\nb: 1\n",
+		},
+		{
 			name: "list item by item",
 			in:   "clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n",
 			edit: func(y *yamlStream) error { return y.set(ypath{"clusterDNS"}, strSeq([]string{"172.24.0.10"})) },
