@@ -304,9 +304,7 @@ func TestDetectStyle(t *testing.T) {
 // ends the text is no exception.
 func TestYAMLEditBareCarriageReturn(t *testing.T) {
 	for _, in := range []string{"a: 1\r", "a: 1\rb: 2\n"} {
-		y := &yamlStream{src: []byte(in), what: "m"}
-		require.ErrorIs(t, y.set(ypath{"a"}, strNode("2")), ErrUnsupportedLayout, "%q", in)
-		assert.Equal(t, in, string(y.src))
+		requireNoInPlaceEdit(t, in, "2")
 	}
 }
 
@@ -315,9 +313,7 @@ func TestYAMLEditBareCarriageReturn(t *testing.T) {
 // re-encoded), never a guess.
 func TestYAMLEditMultiLineQuotedScalar(t *testing.T) {
 	for _, in := range []string{"a: \"x\n  y\"\nb: 1\n", "a: 'x\n  y'\nb: 1\n", "a: [1,\n  2]\nb: 1\n"} {
-		y := &yamlStream{src: []byte(in), what: "m"}
-		require.ErrorIs(t, y.set(ypath{"a"}, strNode("z")), ErrUnsupportedLayout, "%q", in)
-		assert.Equal(t, in, string(y.src))
+		requireNoInPlaceEdit(t, in, "z")
 	}
 }
 
@@ -325,8 +321,15 @@ func TestYAMLEditMultiLineQuotedScalar(t *testing.T) {
 // to write a value after: no in-place edit, and no read past the end.
 func TestYAMLEditExplicitKeyWithoutAValue(t *testing.T) {
 	for _, in := range []string{"? a", "? a   "} {
-		y := &yamlStream{src: []byte(in), what: "m"}
-		require.ErrorIs(t, y.set(ypath{"a"}, strNode("x")), ErrUnsupportedLayout, "%q", in)
-		assert.Equal(t, in, string(y.src))
+		requireNoInPlaceEdit(t, in, "x")
 	}
+}
+
+// requireNoInPlaceEdit sets a to value in a stream that may not be
+// re-encoded, and requires the edit to be refused with the text unchanged.
+func requireNoInPlaceEdit(t *testing.T, in, value string) {
+	t.Helper()
+	y := &yamlStream{src: []byte(in), what: "m"}
+	require.ErrorIs(t, y.set(ypath{"a"}, strNode(value)), ErrUnsupportedLayout, "%q", in)
+	assert.Equal(t, in, string(y.src))
 }
