@@ -221,6 +221,58 @@ func TestApplyEvictsWhatARolloutLeftBehind(t *testing.T) {
 	assert.Equal(t, `delete IPPool "default-ipv4-ippool" (10.233.64.0/18)`, deleted[0].Message, "nothing was left: no forced delete")
 }
 
+// TestApplyResumedRestartsWithTheJournaledRestartedAt: a run stopped right
+// after restarting a workload, whose pods the rollout has not replaced yet,
+// is resumed in a later second; the resumed run restarts the workload with
+// the restartedAt value its journal holds, so the Deployment's template is
+// not changed again and its rollout is not started a second time. (Each
+// restart here replaces one more pod, so that each pass makes progress.)
+func TestApplyResumedRestartsWithTheJournaledRestartedAt(t *testing.T) {
+	q := newQuiet(t, rolledDeployment("default", "web", nil, "10.233.64.4", "10.233.64.5", "10.233.64.6"))
+	var restarts atomic.Int32
+	q.kube.PrependReactor("patch", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		_ = q.kube.Tracker().Delete(podsGVR, a.GetNamespace(), fmt.Sprintf("web-%d", restarts.Add(1)))
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	plan := q.plan(t)
+	dir := t.TempDir()
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opts := fastOptions(dir)
+	opts.OnEvent = func(ev calico.Event) {
+		q.onEvent(ev)
+		if ev.Type == calico.EventRestart {
+			cancel()
+		}
+	}
+	_, err := calico.Apply(cctx, q.cl, plan, opts)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, q.evictions(), "the stopped run evicted nothing")
+	assert.True(t, q.podExists(t, "default", "web-2"))
+
+	// restartedAt has a resolution of one second: resume in a later second,
+	// so that a value made afresh, not read from the journal, would differ.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	opts = fastOptions(dir)
+	opts.OnEvent = q.onEvent
+	res, err := calico.Apply(ctx, q.cl, plan, opts)
+	require.NoError(t, err)
+	assert.True(t, res.Resumed)
+	assert.True(t, res.Done)
+	assert.Equal(t, []string{"default/web-3"}, q.evictions(), "the pod both restarts left behind is evicted")
+
+	var patches []string
+	for _, a := range q.kube.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "deployments" {
+			patches = append(patches, string(p.GetPatch()))
+		}
+	}
+	require.Len(t, patches, 2, "web is restarted by each run")
+	assert.Equal(t, patches[0], patches[1], "the resumed run writes the journaled restartedAt")
+}
+
 // TestApplyReportsPodsThatDoNotLeave: an eviction answered "gone" while the
 // pod stays (the same UID) leaves the same pods after a full pass; Apply
 // stops with an error naming them instead of passing over them until the
