@@ -136,6 +136,43 @@ func TestEvictionRespectsPDB(t *testing.T) {
 	assert.True(t, apierrors.IsInternalError(err), "%v", err)
 }
 
+// An eviction the budget allows deletes the pod and records the disruption
+// in the budget's status. Under unhealthyPodEvictionPolicy AlwaysAllow a pod
+// that is not ready goes although the budget allows no more disruptions; a
+// ready pod does not.
+func TestEvictionConsumesTheBudgetAndHonoursAlwaysAllow(t *testing.T) {
+	ctx := context.Background()
+	l := map[string]string{"app": "web"}
+	two := intstr.FromInt32(2)
+	always := policyv1.AlwaysAllow
+	budget := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: l}, UnhealthyPodEvictionPolicy: &always}}
+	unready := readyPod("unready", l)
+	unready.Status.Conditions[0].Status = corev1.ConditionFalse
+	kube, _ := calicotest.NewKube(readyPod("a", l), readyPod("b", l), readyPod("c", l), unready, budget)
+	require.NoError(t, (&calicotest.Workloads{Kube: kube}).Sync(ctx))
+	evict := func(name string) error {
+		return kube.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
+	}
+	gone := func(name string) bool {
+		_, err := kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
+
+	require.NoError(t, evict("a"))
+	assert.True(t, gone("a"), "evicted")
+	b, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, b.Status.DisruptionsAllowed, "the eviction consumed the one allowed disruption")
+	assert.Contains(t, b.Status.DisruptedPods, "a")
+
+	err = evict("b")
+	assert.True(t, apierrors.IsTooManyRequests(err), "a ready pod waits for the budget: %v", err)
+	assert.False(t, gone("b"))
+	require.NoError(t, evict("unready"), "AlwaysAllow: a pod that is not ready goes")
+	assert.True(t, gone("unready"))
+}
+
 func TestWorkloadsAndIPAM(t *testing.T) {
 	ctx := context.Background()
 	kube, _ := calicotest.NewKube(deployment("web", 3), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})

@@ -189,14 +189,13 @@ func podIPs(p *corev1.Pod) []string {
 	return out
 }
 
+// ordinal is ip's index in block, which holds it (blocks have at most 2^12
+// addresses).
 func ordinal(block netip.Prefix, ip netip.Addr) int {
 	a, b := block.Addr().AsSlice(), ip.AsSlice()
 	n := 0
 	for i := range a {
 		n = n<<8 | int(b[i]-a[i])
-		if n > 1<<20 {
-			return -1
-		}
 	}
 	return n
 }
