@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -78,6 +79,49 @@ func TestRulesObjectBookkeeping(t *testing.T) {
 	withRV.ResourceVersion = "5"
 	_, err = kube.AppsV1().Deployments("default").Create(ctx, withRV, metav1.CreateOptions{})
 	assert.True(t, apierrors.IsBadRequest(err), "%v", err)
+}
+
+// Like the API server, a create names an object from its generateName and
+// refuses one with neither name, and create and update take the namespace
+// of the request when the object has none. Stamp gives objects added to a
+// tracker directly what a create gives them, and keeps what they have.
+func TestRulesNamesNamespacesAndStamps(t *testing.T) {
+	ctx := context.Background()
+	kube, r := calicotest.NewKube()
+	pods := kube.CoreV1().Pods("default")
+	var names []string
+	for range 2 {
+		p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "web-"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Regexp(t, `^web-[0-9a-z]+$`, p.Name)
+		names = append(names, p.Name)
+	}
+	assert.NotEqual(t, names[0], names[1])
+	_, err := pods.Create(ctx, &corev1.Pod{}, metav1.CreateOptions{})
+	assert.True(t, apierrors.IsInvalid(err), "neither name nor generateName: %v", err)
+
+	p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "default", p.Namespace)
+	p.Namespace = ""
+	p.Labels = map[string]string{"updated": "yes"}
+	p, err = pods.Update(ctx, p, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "default", p.Namespace)
+	got, err := pods.Get(ctx, "bare", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "yes", got.Labels["updated"])
+
+	fresh := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fresh", Namespace: "default"}}
+	kept := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: "default", UID: "uid-kept", Generation: 7}}
+	r.Stamp(fresh, kept)
+	assert.NotEmpty(t, fresh.UID)
+	assert.NotEmpty(t, fresh.ResourceVersion)
+	assert.Equal(t, int64(1), fresh.Generation)
+	assert.False(t, fresh.CreationTimestamp.IsZero())
+	assert.Equal(t, types.UID("uid-kept"), kept.UID)
+	assert.Equal(t, int64(7), kept.Generation)
+	assert.NotEqual(t, fresh.ResourceVersion, kept.ResourceVersion)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -171,6 +215,40 @@ func TestEvictionConsumesTheBudgetAndHonoursAlwaysAllow(t *testing.T) {
 	assert.False(t, gone("b"))
 	require.NoError(t, evict("unready"), "AlwaysAllow: a pod that is not ready goes")
 	assert.True(t, gone("unready"))
+}
+
+// Workloads places pods on the nodes in Nodes, else on the Node objects,
+// else on "node-1": a DaemonSet has one pod on each.
+func TestWorkloadsPlacePodsOnTheNodes(t *testing.T) {
+	ctx := context.Background()
+	l := map[string]string{"app": "agent"}
+	ds := func() *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "default"},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: l},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}
+	}
+	node := func(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	for _, tc := range []struct {
+		what  string
+		nodes []string
+		objs  []runtime.Object
+		want  []string
+	}{
+		{"Node objects", nil, []runtime.Object{node("n2"), node("n1")}, []string{"n1", "n2"}},
+		{"no Node objects", nil, nil, []string{"node-1"}},
+		{"Nodes given", []string{"x"}, []runtime.Object{node("n1")}, []string{"x"}},
+	} {
+		kube, _ := calicotest.NewKube(append(tc.objs, ds())...)
+		w := &calicotest.Workloads{Kube: kube, Nodes: tc.nodes}
+		require.NoError(t, w.Sync(ctx), tc.what)
+		pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		var on []string
+		for _, p := range pods.Items {
+			on = append(on, p.Spec.NodeName)
+		}
+		assert.ElementsMatch(t, tc.want, on, tc.what)
+	}
 }
 
 func TestWorkloadsAndIPAM(t *testing.T) {
