@@ -195,6 +195,10 @@ func TestEvictionConsumesTheBudgetAndHonoursAlwaysAllow(t *testing.T) {
 	unready.Status.Conditions[0].Status = corev1.ConditionFalse
 	kube, _ := calicotest.NewKube(readyPod("a", l), readyPod("b", l), readyPod("c", l), unready, budget)
 	require.NoError(t, (&calicotest.Workloads{Kube: kube}).Sync(ctx))
+	b, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, policyv1.PodDisruptionBudgetStatus{ObservedGeneration: b.Generation, ExpectedPods: 4, CurrentHealthy: 3, DesiredHealthy: 2, DisruptionsAllowed: 1}, b.Status,
+		"the pod that is not ready is expected, not healthy")
 	evict := func(name string) error {
 		return kube.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
 	}
@@ -205,7 +209,7 @@ func TestEvictionConsumesTheBudgetAndHonoursAlwaysAllow(t *testing.T) {
 
 	require.NoError(t, evict("a"))
 	assert.True(t, gone("a"), "evicted")
-	b, err := kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+	b, err = kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, b.Status.DisruptionsAllowed, "the eviction consumed the one allowed disruption")
 	assert.Contains(t, b.Status.DisruptedPods, "a")
@@ -249,6 +253,129 @@ func TestWorkloadsPlacePodsOnTheNodes(t *testing.T) {
 		}
 		assert.ElementsMatch(t, tc.want, on, tc.what)
 	}
+}
+
+// A Deployment's rollout step by step: the new ReplicaSet (pods named like
+// the real controller's, with the template's labels and pod-template-hash)
+// surges first, the old one is scaled to zero only once every new pod is
+// ready, the status counts both in between, and a pass that changes nothing
+// writes nothing. A scale change reaches the ReplicaSet.
+func TestWorkloadsDeploymentRolloutStepByStep(t *testing.T) {
+	ctx := context.Background()
+	kube, _ := calicotest.NewKube(deployment("web", 2), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	dyn, _ := calicotest.NewDynamic(pool("p", "10.233.64.0/18", false))
+	ipam := &calicotest.IPAM{Kube: kube, Pools: calico.NewCRDStore(dyn), MarkReady: true}
+	w := &calicotest.Workloads{Kube: kube}
+	deps := kube.AppsV1().Deployments("default")
+	status := func() appsv1.DeploymentStatus {
+		t.Helper()
+		d, err := deps.Get(ctx, "web", metav1.GetOptions{})
+		require.NoError(t, err)
+		return d.Status
+	}
+	pass := func(withIPAM bool) {
+		t.Helper()
+		require.NoError(t, w.Sync(ctx))
+		if withIPAM {
+			require.NoError(t, ipam.Sync(ctx))
+		}
+	}
+	rsOf := func(hash string) *appsv1.ReplicaSet {
+		t.Helper()
+		l, err := kube.AppsV1().ReplicaSets("default").List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for i := range l.Items {
+			if l.Items[i].Labels["pod-template-hash"] == hash {
+				return &l.Items[i]
+			}
+		}
+		require.Failf(t, "no ReplicaSet", "pod-template-hash %s", hash)
+		return nil
+	}
+
+	pass(true)
+	st := status()
+	assert.Equal(t, int64(1), st.ObservedGeneration, "observed in the pass that created the ReplicaSet")
+	assert.Equal(t, int32(2), st.UnavailableReplicas)
+	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 2)
+	d, err := deps.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	oldHash := calicotest.TemplateHash(d.Spec.Template)
+	for _, p := range pods.Items {
+		assert.Regexp(t, `^web-`+oldHash+`-[0-9a-z]{5}$`, p.Name)
+		assert.Equal(t, map[string]string{"app": "web", "pod-template-hash": oldHash}, p.Labels)
+	}
+	pass(true)
+	st = status()
+	assert.Equal(t, appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}, st)
+	before, err := deps.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	pass(true)
+	after, err := deps.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "a pass that changes nothing writes nothing")
+
+	_, err = deps.Patch(ctx, "web", types.StrategicMergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"x":"1"}}}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	pass(false) // the new ReplicaSet and its pods, not ready yet
+	pass(false)
+	assert.Equal(t, int32(2), replicasOf(rsOf(oldHash)), "old pods stay while the new ones are not ready")
+	st = status()
+	assert.Equal(t, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}, st)
+	require.NoError(t, ipam.Sync(ctx))
+	pass(false) // every new pod ready: the old ReplicaSet goes to zero
+	assert.Equal(t, int32(0), replicasOf(rsOf(oldHash)))
+	assert.Equal(t, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 2, ReadyReplicas: 4, AvailableReplicas: 4}, status(),
+		"counted before the old ReplicaSet deleted its pods")
+	pass(false)
+	assert.Equal(t, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}, status())
+
+	_, err = deps.Patch(ctx, "web", types.StrategicMergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	pass(false)
+	d, err = deps.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int32(1), replicasOf(rsOf(calicotest.TemplateHash(d.Spec.Template))))
+	pods, err = kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, pods.Items, 1)
+}
+
+func replicasOf(rs *appsv1.ReplicaSet) int32 {
+	if rs.Spec.Replicas == nil {
+		return 1
+	}
+	return *rs.Spec.Replicas
+}
+
+// A ReplicaSet with too many pods deletes the surplus in one pass, pods
+// that are not ready first, then by name, and reports what is left.
+func TestWorkloadsReplicaSetDeletesNotReadyPodsFirst(t *testing.T) {
+	ctx := context.Background()
+	one := int32(1)
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "default", UID: "uid-r"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "r"}}}}
+	objs := []runtime.Object{rs}
+	for _, n := range []string{"r-d", "r-c", "r-b", "r-a"} {
+		p := readyPod(n, map[string]string{"app": "r"})
+		if n == "r-b" || n == "r-d" {
+			p.Status.Conditions[0].Status = corev1.ConditionFalse
+		}
+		t := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", UID: "uid-r", Controller: &t}}
+		objs = append(objs, p)
+	}
+	kube, _ := calicotest.NewKube(objs...)
+	require.NoError(t, (&calicotest.Workloads{Kube: kube}).Sync(ctx))
+	pods, err := kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 1)
+	assert.Equal(t, "r-c", pods.Items[0].Name, "the ready pod last by name stays")
+	got, err := kube.AppsV1().ReplicaSets("default").Get(ctx, "r", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, appsv1.ReplicaSetStatus{Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, ObservedGeneration: got.Generation}, got.Status)
 }
 
 func TestWorkloadsAndIPAM(t *testing.T) {
