@@ -120,3 +120,41 @@ func TestDecodePlanIPv6CapacityExact(t *testing.T) {
 		assert.Equal(t, p.Capacity, back.Capacity, name)
 	}
 }
+
+// PoolCapacity takes every block size Calico allows, the bounds included,
+// and refuses one past them with an error naming the field.
+func TestPoolCapacityBlockSizeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		cidr     string
+		bs       int
+		perBlock string
+	}{
+		{"10.0.0.0/8", 20, "4096"}, {"10.0.0.0/8", 32, "1"},
+		{"fd00::/104", 116, "4096"}, {"fd00::/104", 128, "1"},
+	} {
+		c, err := calico.PoolCapacity(pool("p", tc.cidr, func(s *calico.PoolSpec) { s.BlockSize = tc.bs }), calico.CapacityOptions{})
+		require.NoError(t, err, "%s blockSize %d", tc.cidr, tc.bs)
+		assert.Equal(t, tc.perBlock, c.AddressesPerBlock.String(), "%s blockSize %d", tc.cidr, tc.bs)
+	}
+	for _, tc := range []struct {
+		cidr string
+		bs   int
+	}{{"10.0.0.0/8", 19}, {"10.0.0.0/8", 33}, {"fd00::/104", 115}, {"fd00::/104", 129}} {
+		_, err := calico.PoolCapacity(pool("p", tc.cidr, func(s *calico.PoolSpec) { s.BlockSize = tc.bs }), calico.CapacityOptions{})
+		var fe *calico.FieldError
+		require.ErrorAs(t, err, &fe, "%s blockSize %d", tc.cidr, tc.bs)
+		assert.Equal(t, "spec.blockSize", fe.Field)
+		assert.Equal(t, calico.RuleBlockSizeRange, fe.Rule)
+	}
+}
+
+// A count written as a float (0.0, 0e0, 12.0) is its integer when it is
+// exact; a capacity without cidr and blockSize has nothing else to check
+// it against.
+func TestCapacityDecodesWholeFloats(t *testing.T) {
+	for text, want := range map[string]string{"0.0": "0", "0e0": "0", "12.0": "12", "1.2e1": "12"} {
+		var c calico.Capacity
+		require.NoError(t, json.Unmarshal([]byte(`{"blocks":`+text+`}`), &c), text)
+		assert.Equal(t, want, c.Blocks.String(), text)
+	}
+}

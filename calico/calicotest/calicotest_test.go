@@ -378,6 +378,44 @@ func TestWorkloadsReplicaSetDeletesNotReadyPodsFirst(t *testing.T) {
 	assert.Equal(t, appsv1.ReplicaSetStatus{Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1, ObservedGeneration: got.Generation}, got.Status)
 }
 
+// Every budget's status is recomputed in one pass, like the disruption
+// controller's: a pod evicted but still present stays disrupted and is not
+// healthy, and a pass that changes nothing writes nothing.
+func TestWorkloadsBudgetStatus(t *testing.T) {
+	ctx := context.Background()
+	web, db := map[string]string{"app": "web"}, map[string]string{"app": "db"}
+	one := intstr.FromInt32(1)
+	budget := func(name string, l map[string]string) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: l}}}
+	}
+	evicted := budget("web", web)
+	since := metav1.NewTime(time.Now().Truncate(time.Second))
+	evicted.Status.DisruptedPods = map[string]metav1.Time{"web-a": since}
+	kube, _ := calicotest.NewKube(readyPod("web-a", web), readyPod("web-b", web), readyPod("web-c", web), readyPod("db-a", db), evicted, budget("db", db))
+	w := &calicotest.Workloads{Kube: kube}
+	require.NoError(t, w.Sync(ctx))
+	pdbs := kube.PolicyV1().PodDisruptionBudgets("default")
+	b, err := pdbs.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, policyv1.PodDisruptionBudgetStatus{ObservedGeneration: b.Generation, ExpectedPods: 3, CurrentHealthy: 2, DesiredHealthy: 1, DisruptionsAllowed: 1,
+		DisruptedPods: map[string]metav1.Time{"web-a": since}}, b.Status)
+	d, err := pdbs.Get(ctx, "db", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, policyv1.PodDisruptionBudgetStatus{ObservedGeneration: d.Generation, ExpectedPods: 1, CurrentHealthy: 1, DesiredHealthy: 1}, d.Status)
+
+	require.NoError(t, w.Sync(ctx))
+	for _, name := range []string{"web", "db"} {
+		again, err := pdbs.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		want := b.ResourceVersion
+		if name == "db" {
+			want = d.ResourceVersion
+		}
+		assert.Equal(t, want, again.ResourceVersion, "%s: a pass that changes nothing writes nothing", name)
+	}
+}
+
 func TestWorkloadsAndIPAM(t *testing.T) {
 	ctx := context.Background()
 	kube, _ := calicotest.NewKube(deployment("web", 3), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
