@@ -267,9 +267,7 @@ func containedInFamily(outer []netip.Prefix, p netip.Prefix) bool {
 	return false
 }
 
+// pow2 is 2^n; capacityCounts calls it with n >= 0 only.
 func pow2(n int) *big.Int {
-	if n < 0 {
-		return big.NewInt(0)
-	}
 	return new(big.Int).Lsh(big.NewInt(1), uint(n))
 }

@@ -122,19 +122,31 @@ func TestDecodePlanIPv6CapacityExact(t *testing.T) {
 }
 
 // PoolCapacity takes every block size Calico allows, the bounds included,
-// and refuses one past them with an error naming the field.
+// and refuses one past them with an error naming the field. A pool of
+// exactly one block holds one block; a smaller one none.
 func TestPoolCapacityBlockSizeBounds(t *testing.T) {
 	for _, tc := range []struct {
-		cidr     string
-		bs       int
-		perBlock string
+		cidr             string
+		bs               int
+		perBlock, blocks string
 	}{
-		{"10.0.0.0/8", 20, "4096"}, {"10.0.0.0/8", 32, "1"},
-		{"fd00::/104", 116, "4096"}, {"fd00::/104", 128, "1"},
+		{"10.0.0.0/8", 20, "4096", "4096"}, {"10.0.0.0/8", 32, "1", "16777216"},
+		{"fd00::/104", 116, "4096", "4096"}, {"fd00::/104", 128, "1", "16777216"},
+		{"10.0.0.0/26", 26, "64", "1"}, {"10.0.0.0/27", 26, "64", "0"},
 	} {
 		c, err := calico.PoolCapacity(pool("p", tc.cidr, func(s *calico.PoolSpec) { s.BlockSize = tc.bs }), calico.CapacityOptions{})
 		require.NoError(t, err, "%s blockSize %d", tc.cidr, tc.bs)
 		assert.Equal(t, tc.perBlock, c.AddressesPerBlock.String(), "%s blockSize %d", tc.cidr, tc.bs)
+		assert.Equal(t, tc.blocks, c.Blocks.String(), "%s blockSize %d", tc.cidr, tc.bs)
+		var codes []calico.WarningCode
+		for _, w := range c.Warnings {
+			codes = append(codes, w.Code)
+		}
+		if tc.blocks == "0" {
+			assert.Equal(t, []calico.WarningCode{calico.WarnNoWholeBlock}, codes, "%s blockSize %d", tc.cidr, tc.bs)
+		} else {
+			assert.Empty(t, codes, "%s blockSize %d", tc.cidr, tc.bs)
+		}
 	}
 	for _, tc := range []struct {
 		cidr string
