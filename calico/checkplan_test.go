@@ -96,3 +96,31 @@ func TestVerifyRefusesAnotherCIDRThanThePool(t *testing.T) {
 	assert.Contains(t, err.Error(), "10.99.0.0/16")
 	assert.Contains(t, err.Error(), "10.233.64.0/18")
 }
+
+// A plan whose new pool breaks several rules is refused naming the first
+// and counting the others; one broken rule is named alone.
+func TestDecodePlanCountsTheNewPoolsOtherProblems(t *testing.T) {
+	seed := fuzzSeedPlan(t)
+	for _, tc := range []struct {
+		name       string
+		edit       func(p *calico.SwapPlan)
+		more, none string
+	}{
+		{"one", func(p *calico.SwapPlan) { p.NewPool.Spec.BlockSize = 40 }, "", "(and"},
+		{"two", func(p *calico.SwapPlan) {
+			p.NewPool.Spec.BlockSize = 40
+			p.NewPool.Spec.CIDR, p.NewCIDR = "10.40.0.0/16", netip.MustParsePrefix("10.40.0.0/16")
+		}, "(and 1 more)", "(and 2"},
+	} {
+		p, err := calico.DecodePlan(seed)
+		require.NoError(t, err)
+		tc.edit(p)
+		data, err := yaml.Marshal(p)
+		require.NoError(t, err)
+		_, err = calico.DecodePlan(data)
+		require.ErrorIs(t, err, calico.ErrInvalidPlan, tc.name)
+		assert.Contains(t, err.Error(), "newPool.spec.blockSize", tc.name)
+		assert.Contains(t, err.Error(), tc.more, tc.name)
+		assert.NotContains(t, err.Error(), tc.none, tc.name)
+	}
+}
