@@ -3,6 +3,7 @@ package calicotest_test
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/calico/calicotest"
@@ -498,17 +501,29 @@ func TestIPAMRunWatches(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	kube, _ := calicotest.NewKube()
+	watching := make(chan struct{})
+	var once sync.Once
+	kube.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := kube.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	dyn, _ := calicotest.NewDynamic(pool("p", "10.20.0.0/16", false))
 	ipam := &calicotest.IPAM{Kube: kube, Pools: calico.NewCRDStore(dyn)}
 	errs := make(chan error, 10)
 	done := make(chan error, 1)
 	go func() { done <- ipam.Run(ctx, time.Hour, func(err error) { errs <- err }) }()
-	// Give the watch time to open, then create a pod: the watch event triggers the assignment.
-	require.Eventually(t, func() bool {
-		_, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "default"},
-			Spec: corev1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{})
-		return err == nil || apierrors.IsAlreadyExists(err)
-	}, 5*time.Second, time.Millisecond)
+	// Once the first pass is done and the watch is open, create a pod: only
+	// the watch event can trigger its assignment (the resync is an hour
+	// away).
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "Run opened no watch")
+	}
+	_, err := kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p1", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "n1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		p, err := kube.CoreV1().Pods("default").Get(ctx, "p1", metav1.GetOptions{})
 		return err == nil && p.Status.PodIP == "10.20.0.0"
@@ -516,6 +531,32 @@ func TestIPAMRunWatches(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, <-done, context.Canceled)
 	assert.Empty(t, errs)
+}
+
+// Run reports a failing pass to onErr and goes on, and takes a resync of
+// zero for one second.
+func TestIPAMRunReportsFailedPasses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube, _ := calicotest.NewKube()
+	dyn, _ := calicotest.NewDynamic(pool("p", "10.20.0.0/16", false))
+	dyn.PrependReactor("list", "ippools", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("pools unavailable")
+	})
+	ipam := &calicotest.IPAM{Kube: kube, Pools: calico.NewCRDStore(dyn)}
+	errs := make(chan error, 100)
+	done := make(chan error, 1)
+	go func() { done <- ipam.Run(ctx, 0, func(err error) { errs <- err }) }()
+	for range 2 { // the first pass, then the resync's
+		select {
+		case err := <-errs:
+			assert.ErrorContains(t, err, "pools unavailable")
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "no failed pass reported")
+		}
+	}
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
 }
 
 func TestBlockName(t *testing.T) {
