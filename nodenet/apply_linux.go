@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -327,33 +328,67 @@ func (h *host) deleteRoute(a *Action) (Status, string, error) {
 	return StatusDone, a.Why, nil
 }
 
+// ruleWriteAttempts bounds how often insertRule reads a chain again after
+// another writer changed it.
+const ruleWriteAttempts = 5
+
+// insertRule inserts the rule just before its anchor, or at the top without
+// one. flanneld rewrites its chains when it starts and when a rule of its
+// own is missing, so the chain can change between the read that finds the
+// anchor's position and the insert: an insert that failed while the chain
+// changed, or that did not land just before the anchor, is undone and tried
+// again on a fresh read.
 func (h *host) insertRule(a *Action) (st Status, detail string, err error) {
 	r := a.Rule
 	err = h.inNS(func() error {
-		rules, ok, err := h.listChain(r.Table, r.Chain)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			st, detail = StatusSkipped, "the chain is gone"
-			return nil
-		}
-		if exists, err := h.ipt.Exists(r.Table, r.Chain, r.Spec...); err != nil || exists {
-			st = StatusUnchanged
-			return wrapIPT(err, "check", r.Table, r.Chain)
-		}
-		pos := 1
-		if len(a.Anchor) > 0 {
-			if pos = ruleIndex(rules, a.Anchor); pos == 0 {
-				st, detail = StatusSkipped, "the rule it replaces is gone"
+		for attempt := 1; ; attempt++ {
+			rules, ok, err := h.listChain(r.Table, r.Chain)
+			switch {
+			case err != nil:
+				return err
+			case !ok:
+				st, detail = StatusSkipped, "the chain is gone"
 				return nil
 			}
+			if exists, err := h.ipt.Exists(r.Table, r.Chain, r.Spec...); err != nil || exists {
+				st = StatusUnchanged
+				return wrapIPT(err, "check", r.Table, r.Chain)
+			}
+			pos := 1
+			if len(a.Anchor) > 0 {
+				if pos = ruleIndex(rules, a.Anchor); pos == 0 {
+					st, detail = StatusSkipped, "the rule it replaces is gone"
+					return nil
+				}
+			}
+			if h.beforeRuleWrite != nil {
+				h.beforeRuleWrite()
+			}
+			ierr := h.ipt.Insert(r.Table, r.Chain, pos, r.Spec...)
+			now, ok, err := h.listChain(r.Table, r.Chain)
+			if err != nil {
+				return err
+			}
+			if ierr == nil && ok && ruleIndex(now, r.Spec) == pos && (len(a.Anchor) == 0 || ruleIndex(now, a.Anchor) == pos+1) {
+				st, detail = StatusDone, fmt.Sprintf("%s (at #%d)", a.Why, pos)
+				return nil
+			}
+			if ierr == nil && ok {
+				// Inserted, but the chain had changed: not just before the anchor.
+				if err := h.ipt.Delete(r.Table, r.Chain, r.Spec...); err != nil {
+					return wrapIPT(err, "delete a misplaced", r.Table, r.Chain)
+				}
+			}
+			if attempt == ruleWriteAttempts {
+				if ierr != nil {
+					return wrapIPT(ierr, "insert", r.Table, r.Chain)
+				}
+				return fmt.Errorf("nodenet: iptables %s %s: the chain kept changing while a rule was inserted just before %q", r.Table, r.Chain, strings.Join(a.Anchor, " "))
+			}
+			if ierr != nil && ok && slices.EqualFunc(now, rules, func(x, y Rule) bool { return slices.Equal(x.Spec, y.Spec) }) {
+				return wrapIPT(ierr, "insert", r.Table, r.Chain) // the chain did not change: a failure of its own
+			}
 		}
-		if err := h.ipt.Insert(r.Table, r.Chain, pos, r.Spec...); err != nil {
-			return wrapIPT(err, "insert", r.Table, r.Chain)
-		}
-		st, detail = StatusDone, fmt.Sprintf("%s (at #%d)", a.Why, pos)
-		return nil
 	})
 	return st, detail, err
 }

@@ -36,6 +36,10 @@ type host struct {
 	backend string
 	// bridge is the bridge's name as Apply resolved it.
 	bridge string
+	// beforeRuleWrite, when set, runs between reading a chain and inserting
+	// into it: tests change the chain there, as flanneld does when it
+	// rewrites its chains.
+	beforeRuleWrite func()
 }
 
 // openHost checks the host layout and opens the namespace, netlink and
