@@ -240,3 +240,26 @@ func TestDetectOperator(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, info.Installed)
 }
+
+// The changes asked of the operator, word for word: an entry found at index
+// 0 is named by its index; an entry not found is described, with kubectl
+// edit. A disable offers the nodeSelector alternative; a removal has none.
+func TestOperatorChangeTexts(t *testing.T) {
+	at0 := calico.OperatorInfo{Installed: true, ManagesPool: true, Index: 0}
+	unlisted := calico.OperatorInfo{Installed: true, ManagesPool: true, Index: -1}
+	for _, tc := range []struct {
+		change calico.OperatorChange
+		want   string
+	}{
+		{at0.DisableChange("p"), `the Tigera operator manages IPPool "p": set spec.calicoNetwork.ipPools[0].disableNewAllocations to true in Installation "default" ` +
+			`(kubectl patch installation default --type=json -p '[{"op":"add","path":"/spec/calicoNetwork/ipPools/0/disableNewAllocations","value":true}]'); ` +
+			`or set spec.calicoNetwork.ipPools[0].nodeSelector to "!all()"`},
+		{unlisted.DisableChange("p"), `the Tigera operator manages IPPool "p": set spec.calicoNetwork.ipPools[<entry for p>].disableNewAllocations to true in Installation "default" ` +
+			`(kubectl edit installation default); or set that entry's nodeSelector to "!all()"`},
+		{at0.RemoveChange("p"), `the Tigera operator manages IPPool "p": remove spec.calicoNetwork.ipPools[0] from Installation "default" ` +
+			`(kubectl patch installation default --type=json -p '[{"op":"remove","path":"/spec/calicoNetwork/ipPools/0"}]')`},
+		{unlisted.RemoveChange("p"), `the Tigera operator manages IPPool "p": remove spec.calicoNetwork.ipPools[<entry for p>] from Installation "default" (kubectl edit installation default)`},
+	} {
+		assert.Equal(t, tc.want, tc.change.String())
+	}
+}
