@@ -405,13 +405,33 @@ func (h *host) deleteRule(a *Action) (st Status, detail string, err error) {
 			st = StatusUnchanged
 			return wrapIPT(err, "check", r.Table, r.Chain)
 		}
-		if err := h.ipt.Delete(r.Table, r.Chain, r.Spec...); err != nil {
-			return wrapIPT(err, "delete", r.Table, r.Chain)
+		if h.beforeRuleWrite != nil {
+			h.beforeRuleWrite()
+		}
+		if derr := h.ipt.Delete(r.Table, r.Chain, r.Spec...); derr != nil {
+			// Another writer (flanneld rewriting its chains) may have
+			// removed the rule, or its chain, since the check: then the
+			// rule is gone, as wanted, and nothing was changed here.
+			if gone, err := h.ruleGone(r); err == nil && gone {
+				st = StatusUnchanged
+				return nil
+			}
+			return wrapIPT(derr, "delete", r.Table, r.Chain)
 		}
 		st, detail = StatusDone, a.Why
 		return nil
 	})
 	return st, detail, err
+}
+
+// ruleGone reports whether r's chain, or r in it, no longer exists.
+func (h *host) ruleGone(r *Rule) (bool, error) {
+	ok, err := h.ipt.ChainExists(r.Table, r.Chain)
+	if err != nil || !ok {
+		return err == nil, err
+	}
+	exists, err := h.ipt.Exists(r.Table, r.Chain, r.Spec...)
+	return err == nil && !exists, err
 }
 
 // releaseReservation removes a leaked reservation file under host-local's

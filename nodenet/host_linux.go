@@ -37,8 +37,8 @@ type host struct {
 	// bridge is the bridge's name as Apply resolved it.
 	bridge string
 	// beforeRuleWrite, when set, runs between reading a chain and inserting
-	// into it: tests change the chain there, as flanneld does when it
-	// rewrites its chains.
+	// into it or deleting from it: tests change the chain there, as
+	// flanneld does when it rewrites its chains.
 	beforeRuleWrite func()
 }
 

@@ -67,3 +67,48 @@ func TestDataplaneInsertRuleFollowsAChainRewrittenMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// TestDataplaneDeleteRuleGoneMeanwhile: a stale rule that another writer
+// (flanneld rewriting its chains) removes between the check and the delete,
+// alone or with its chain, is gone as wanted: the delete reports it
+// unchanged, with no error. A rule still there after a failed delete keeps
+// the error.
+func TestDataplaneDeleteRuleGoneMeanwhile(t *testing.T) {
+	const table, chain = "nat", "FLANNEL-POSTRTG"
+	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	other := "-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN"
+	for _, tc := range []struct {
+		name    string
+		rewrite func(*iptables.IPTables) error
+		want    Status
+		chain   []string
+	}{
+		{"nobody else", func(*iptables.IPTables) error { return nil }, StatusDone, []string{other}},
+		{"rule removed", func(ipt *iptables.IPTables) error { return ipt.Delete(table, chain, rule...) }, StatusUnchanged, []string{other}},
+		{"chain removed", func(ipt *iptables.IPTables) error { return ipt.ClearAndDeleteChain(table, chain) }, StatusUnchanged, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+			n.rules(
+				"nat FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN",
+				"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
+			)
+			h, err := openHost(n.want("n1", "10.244.3.0/24", ""))
+			require.NoError(t, err)
+			defer h.close()
+			h.beforeRuleWrite = func() { n.ipt(tc.rewrite) }
+			st, _, err := h.deleteRule(&Action{Kind: ActionDeleteRule, Rule: &Rule{Table: table, Chain: chain, Spec: rule}})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, st)
+			if tc.chain == nil {
+				n.ipt(func(ipt *iptables.IPTables) error {
+					ok, err := ipt.ChainExists(table, chain)
+					assert.False(t, ok, "the chain stays removed")
+					return err
+				})
+				return
+			}
+			assert.Equal(t, tc.chain, n.chain(table, chain))
+		})
+	}
+}
