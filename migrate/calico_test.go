@@ -172,6 +172,11 @@ func TestCalicoPodCIDROptionsValidate(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+	// The error's range is inclusive: a node mask of the address length
+	// is the last one accepted.
+	for _, o := range []migrate.CalicoPodCIDROptions{{To: p("10.200.0.0/16"), NodeMask: 32}, {To: p("fd00::/48"), NodeMask: 128}} {
+		assert.NoError(t, o.Validate(), "--node-mask %d", o.NodeMask)
+	}
 	_, err := migrate.CalicoPodCIDR(migrate.CalicoPodCIDROptions{To: p("10.200.0.0/16")})
 	assert.ErrorIs(t, err, migrate.ErrInvalidInput, "clients are required")
 }
