@@ -86,6 +86,7 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		extra []*corev1.Node
+		pools []map[string]any
 		edit  func(*migrate.CalicoPodCIDROptions)
 		bad   bool
 		want  string
@@ -96,9 +97,12 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 		{name: "no such old pool", bad: true, want: `"nope"`, edit: func(o *migrate.CalicoPodCIDROptions) { o.OldPool = "nope" }},
 		{name: "--to too small", bad: true, want: "--to 10.200.0.0/23", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.200.0.0/23") }},
 		{name: "--to on the Service CIDR", bad: true, want: "10.233.0.0/18", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.233.0.0/16") }},
+		// Refused by the Calico plan, which Prepare makes.
+		{name: "the new pool's name taken by another range", pools: []map[string]any{{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
+			"metadata": map[string]any{"name": "ippool-10-200-0-0-16"}, "spec": map[string]any{"cidr": "10.201.0.0/16", "blockSize": int64(26)}}}, bad: true, want: `"ippool-10-200-0-0-16": a pool with this name exists with cidr 10.201.0.0/16`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl, writes := calTestCluster(t, tc.extra)
+			cl, writes := calTestCluster(t, tc.extra, tc.pools...)
 			o := calOptions(cl)
 			if tc.edit != nil {
 				tc.edit(&o)
@@ -123,7 +127,7 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 }
 
 func calIsInvalid(err error) bool {
-	return errors.Is(err, migrate.ErrInvalidInput) || errors.Is(err, calico.ErrPoolNotFound)
+	return errors.Is(err, migrate.ErrInvalidInput) || errors.Is(err, calico.ErrPoolNotFound) || errors.Is(err, calico.ErrInvalidPool)
 }
 
 // A new pool that exists with the planned name and CIDR (another machine's
@@ -146,6 +150,112 @@ func TestCalicoPodCIDRAddPoolFoundDone(t *testing.T) {
 	old, err := cl.Pools.Get(context.Background(), "default-ipv4-ippool")
 	require.NoError(t, err)
 	assert.True(t, old.Spec.Disabled, "the next step ran")
+}
+
+// Without --service-cidr and --node-mask, Prepare takes them from
+// kube-controller-manager's flags (its mirror pod); a node mask that is not
+// the default shows that it was read, not assumed. A --to that holds exactly
+// as many node subnets as there are nodes is enough; one fewer is refused.
+func TestCalicoPodCIDRDiscoversTheServiceRangeAndNodeMask(t *testing.T) {
+	for _, tc := range []struct {
+		to, want string
+	}{
+		{"10.200.0.0/23", "capacity: 10.200.0.0/23 with /25 node subnets holds 4 nodes (was 128 in 10.233.64.0/18); 4 node(s) now"},
+		{"10.200.0.0/24", "--to 10.200.0.0/24 holds only 2 node subnets of /25, the cluster has 4 nodes"},
+	} {
+		t.Run(tc.to, func(t *testing.T) {
+			kube, _ := calicotest.NewKube(&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
+				Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager", Command: []string{"kube-controller-manager",
+					"--allocate-node-cidrs=true", "--cluster-cidr=10.233.64.0/18", "--node-cidr-mask-size=25", "--service-cluster-ip-range=10.233.0.0/18"}}}},
+			})
+			accesstest.Authorize(kube)
+			srv := nodecidrtest.NewServer()
+			for i, name := range []string{"worker1", "worker2", "worker3", "master1"} {
+				n := &corev1.Node{}
+				n.Name, n.UID, n.Labels = name, types.UID("uid-"+name), map[string]string{}
+				n.Spec.PodCIDR = fmt.Sprintf("10.233.64.%d/25", 128*(i%2))
+				if i > 1 {
+					n.Spec.PodCIDR = fmt.Sprintf("10.233.65.%d/25", 128*(i%2))
+				}
+				n.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
+				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}}
+				if name == "master1" {
+					n.Labels[nodecidr.LabelControlPlane] = ""
+				}
+				srv.AddNode(n)
+			}
+			kube.PrependReactor("*", "nodes", srv.Handle)
+			dyn, _ := calicotest.NewDynamic(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool", "metadata": map[string]any{"name": "default-ipv4-ippool"},
+				"spec": map[string]any{"cidr": "10.233.64.0/18", "blockSize": int64(26), "vxlanMode": "Always", "natOutgoing": true}}})
+			cl := calico.Cluster{Kube: kube, Pools: calico.NewCRDStore(dyn), Blocks: calico.NewCRDBlockSource(dyn), Dynamic: dyn}
+			m, err := migrate.CalicoPodCIDR(migrate.CalicoPodCIDROptions{Cluster: cl, To: netip.MustParsePrefix(tc.to), PollInterval: time.Millisecond})
+			require.NoError(t, err)
+			rep, err := (&migrate.Runner{Mode: migrate.ModePlan}).Run(context.Background(), m)
+			if strings.HasPrefix(tc.want, "--to") {
+				require.ErrorIs(t, err, migrate.ErrInvalidInput)
+				assert.Contains(t, err.Error(), tc.want)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, netip.MustParsePrefix("10.233.0.0/18"), m.ServiceCIDR())
+			assert.Contains(t, rep.Steps[0].Details, tc.want)
+		})
+	}
+}
+
+// The plans are journaled once the intent is, in ModeApply only, so a rerun
+// carries out the plans this run made: a plan run over an existing journal
+// leaves it as it was, and an apply run that pauses for the operator has
+// journaled the Calico swap it started and the node moves it carried out.
+func TestCalicoPodCIDRJournalsItsPlansInApplyOnly(t *testing.T) {
+	cl, _ := calTestCluster(t, nil)
+	dir := filepath.Join(t.TempDir(), "journal")
+	keys := func() []string {
+		t.Helper()
+		j, err := journal.Open(dir)
+		require.NoError(t, err)
+		defer j.Close()
+		k, err := j.Keys("")
+		require.NoError(t, err)
+		return k
+	}
+	require.Empty(t, keys(), "the journal exists and is empty")
+
+	m, err := migrate.CalicoPodCIDR(calOptions(cl))
+	require.NoError(t, err)
+	_, err = (&migrate.Runner{Mode: migrate.ModePlan, JournalDir: dir}).Run(context.Background(), m)
+	require.NoError(t, err)
+	assert.Empty(t, keys(), "a plan run journals nothing")
+
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(context.Background(), m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused(), "waits for the operator at step 6")
+	assert.Subset(t, keys(), []string{"calico-plan", "nodecidr-plan"})
+	j, err := journal.Open(dir)
+	require.NoError(t, err)
+	defer j.Close()
+	var swap calico.SwapPlan
+	ok, err := j.Get("calico-plan", &swap)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "default-ipv4-ippool", swap.OldPool.Name)
+	assert.Equal(t, "ippool-10-200-0-0-16", swap.NewPool.Name)
+	assert.Equal(t, netip.MustParsePrefix("10.200.0.0/16"), swap.NewCIDR)
+	var nodes nodecidr.Plan
+	ok, err = j.Get("nodecidr-plan", &nodes)
+	require.NoError(t, err)
+	require.True(t, ok)
+	moved := map[string][]string{}
+	for _, s := range nodes.Steps {
+		moved[s.Node] = s.NewPodCIDRs
+	}
+	require.Len(t, moved, 3, "every node moves")
+	for name, want := range moved {
+		n, err := cl.Kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, want, n.Spec.PodCIDRs, "node %s has the journaled podCIDRs", name)
+	}
 }
 
 func TestCalicoPodCIDROptionsValidate(t *testing.T) {
@@ -195,19 +305,22 @@ func TestCalicoPodCIDRDualStackMovesOneFamily(t *testing.T) {
 		wantNodes  []string
 		wantFlag   string
 		wantChecks string
+		wantSvc    string
 	}{
 		{name: "IPv4", to: "10.200.0.0/16", oldPool: "default-ipv4-ippool",
 			wantNodes: []string{"recreate worker1: 10.233.64.0/24,fd00:10:233::/64 -> 10.200.0.0/24,fd00:10:233::/64",
 				"recreate worker2: 10.233.65.0/24,fd00:10:233:1::/64 -> 10.200.1.0/24,fd00:10:233:1::/64",
 				"recreate master1 (control plane): 10.233.66.0/24,fd00:10:233:2::/64 -> 10.200.2.0/24,fd00:10:233:2::/64"},
 			wantFlag:   "--cluster-cidr=10.200.0.0/16,fd00:10:233::/56",
-			wantChecks: "--cluster-cidr=10.200.0.0/16,fd00:10:233::/56 --node-cidr-mask-size-ipv4=24 --node-cidr-mask-size-ipv6=64 --service-cluster-ip-range=10.233.0.0/18,fd00:10:96::/112"},
+			wantChecks: "--cluster-cidr=10.200.0.0/16,fd00:10:233::/56 --node-cidr-mask-size-ipv4=24 --node-cidr-mask-size-ipv6=64 --service-cluster-ip-range=10.233.0.0/18,fd00:10:96::/112",
+			wantSvc:    "10.233.0.0/18"},
 		{name: "IPv6", to: "fd00:20::/56", oldPool: "default-ipv6-ippool",
 			wantNodes: []string{"recreate worker1: 10.233.64.0/24,fd00:10:233::/64 -> 10.233.64.0/24,fd00:20::/64",
 				"recreate worker2: 10.233.65.0/24,fd00:10:233:1::/64 -> 10.233.65.0/24,fd00:20:0:1::/64",
 				"recreate master1 (control plane): 10.233.66.0/24,fd00:10:233:2::/64 -> 10.233.66.0/24,fd00:20:0:2::/64"},
 			wantFlag:   "--cluster-cidr=10.233.64.0/18,fd00:20::/56",
-			wantChecks: "capacity: fd00:20::/56 with /64 node subnets holds 256 nodes"},
+			wantChecks: "capacity: fd00:20::/56 with /64 node subnets holds 256 nodes",
+			wantSvc:    "fd00:10:96::/112"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube, _ := calicotest.NewKube(&corev1.Pod{
@@ -243,6 +356,7 @@ func TestCalicoPodCIDRDualStackMovesOneFamily(t *testing.T) {
 			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "journal")}).Run(context.Background(), m)
 			require.NoError(t, err)
 			require.True(t, rep.Paused(), "waits for the operator at step 6")
+			assert.Equal(t, netip.MustParsePrefix(tc.wantSvc), m.ServiceCIDR(), "the Service range of the moved family")
 			assert.Contains(t, strings.Join(rep.Steps[0].Details, "\n"), tc.wantChecks)
 			assert.Equal(t, tc.wantNodes, rep.Steps[3].Details[:3], "%v", rep.Steps[3].Details)
 			assert.Contains(t, strings.Join(rep.Waiting.Instructions, "\n"), tc.wantFlag)
