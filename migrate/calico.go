@@ -553,20 +553,21 @@ func (m *CalicoPodCIDRMigration) preflight(ctx context.Context, sr *StepReport) 
 		return inputf("--to %s holds only %s node subnets of /%d, the cluster has %d nodes", m.to, newCap.MaxNodes, m.nodeMask, len(nodes))
 	}
 
+	// The new pool lies inside --to (Validate), so whatever it overlaps
+	// --to overlaps too: it needs no range of its own.
 	ranges := []cidr.Range{
 		{Name: "new cluster CIDR (--to)", Kind: cidr.KindClusterCIDR, Prefix: m.to},
 		{Name: "Service CIDR", Kind: cidr.KindServiceCIDR, Prefix: m.svc},
 	}
-	if m.poolCIDR != m.to {
-		ranges = append(ranges, cidr.Range{Name: "new IPPool " + m.newPool, Kind: cidr.KindCalicoPool, Prefix: m.poolCIDR})
-	}
+	addrs := 0
 	for _, n := range nodes {
 		for _, a := range n.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
 			}
 			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() == m.to.Addr().Is4() {
-				ranges = append(ranges, cidr.Range{Name: "node " + n.Name + " address", Kind: cidr.KindNodeNetwork, Prefix: netip.PrefixFrom(ip, 32)})
+				ranges = append(ranges, cidr.Range{Name: "node " + n.Name + " address", Kind: cidr.KindNodeNetwork, Prefix: netip.PrefixFrom(ip, ip.BitLen())})
+				addrs++
 			}
 		}
 	}
@@ -581,7 +582,7 @@ func (m *CalicoPodCIDRMigration) preflight(ctx context.Context, sr *StepReport) 
 	if len(conflicts) > 0 {
 		return inputf("--to %s conflicts: %s", m.to, strings.Join(conflicts, "; "))
 	}
-	sr.Addf("conflicts: none between %s, the Service CIDR %s and %d node address(es)", m.to, m.svc, len(ranges)-2)
+	sr.Addf("conflicts: none between %s, the Service CIDR %s and %d node address(es)", m.to, m.svc, addrs)
 
 	plan, err := nodecidr.PlanNodes(nodes, m.rebase())
 	if err != nil {

@@ -83,6 +83,10 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 	odd := &corev1.Node{}
 	odd.Name, odd.UID = "odd", "uid-odd"
 	odd.Spec.PodCIDR, odd.Spec.PodCIDRs = "10.233.67.0/24", []string{"10.233.67.0/24", "fd00:1::/64"}
+	edge := &corev1.Node{}
+	edge.Name, edge.UID = "edge", "uid-edge"
+	edge.Spec.PodCIDR, edge.Spec.PodCIDRs = "10.233.67.0/24", []string{"10.233.67.0/24"}
+	edge.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.10.20"}, {Type: corev1.NodeExternalIP, Address: "10.200.3.4"}}
 	for _, tc := range []struct {
 		name  string
 		extra []*corev1.Node
@@ -97,6 +101,8 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 		{name: "no such old pool", bad: true, want: `"nope"`, edit: func(o *migrate.CalicoPodCIDROptions) { o.OldPool = "nope" }},
 		{name: "--to too small", bad: true, want: "--to 10.200.0.0/23", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.200.0.0/23") }},
 		{name: "--to on the Service CIDR", bad: true, want: "10.233.0.0/18", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.233.0.0/16") }},
+		{name: "a node's external address inside --to", extra: []*corev1.Node{edge}, bad: true,
+			want: "contains node-network 10.200.3.4/32 (node edge address): cluster addresses overlap the node network"},
 		// Refused by the Calico plan, which Prepare makes.
 		{name: "the new pool's name taken by another range", pools: []map[string]any{{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
 			"metadata": map[string]any{"name": "ippool-10-200-0-0-16"}, "spec": map[string]any{"cidr": "10.201.0.0/16", "blockSize": int64(26)}}}, bad: true, want: `"ippool-10-200-0-0-16": a pool with this name exists with cidr 10.201.0.0/16`},
@@ -179,8 +185,12 @@ func TestCalicoPodCIDRDiscoversTheServiceRangeAndNodeMask(t *testing.T) {
 					n.Spec.PodCIDR = fmt.Sprintf("10.233.65.%d/25", 128*(i%2))
 				}
 				n.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
-				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}}
+				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}, {Type: corev1.NodeHostName, Address: name}}
 				if name == "master1" {
+					// Checked too: an external address; not an address of
+					// another kind.
+					n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.7"},
+						corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "10.200.0.9"})
 					n.Labels[nodecidr.LabelControlPlane] = ""
 				}
 				srv.AddNode(n)
@@ -200,6 +210,7 @@ func TestCalicoPodCIDRDiscoversTheServiceRangeAndNodeMask(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, netip.MustParsePrefix("10.233.0.0/18"), m.ServiceCIDR())
 			assert.Contains(t, rep.Steps[0].Details, tc.want)
+			assert.Contains(t, rep.Steps[0].Details, "conflicts: none between 10.200.0.0/23, the Service CIDR 10.233.0.0/18 and 5 node address(es)")
 		})
 	}
 }
@@ -337,7 +348,9 @@ func TestCalicoPodCIDRDualStackMovesOneFamily(t *testing.T) {
 				v4, v6 := fmt.Sprintf("10.233.%d.0/24", 64+i), netip.PrefixFrom(netip.MustParseAddr("fd00:10:233::"), 64).Addr().As16()
 				v6[7] = byte(i)
 				n.Spec.PodCIDR, n.Spec.PodCIDRs = v4, []string{v4, netip.PrefixFrom(netip.AddrFrom16(v6), 64).String()}
-				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}, {Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00:192:168::%d", 11+i)}}
+				// The IPv6 addresses share the first 32 bits of the IPv6
+				// move's --to, outside it: no conflict.
+				n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.10.%d", 11+i)}, {Type: corev1.NodeInternalIP, Address: fmt.Sprintf("fd00:20:1::%d", 11+i)}}
 				if name == "master1" {
 					n.Labels[nodecidr.LabelControlPlane] = ""
 				}
@@ -358,6 +371,7 @@ func TestCalicoPodCIDRDualStackMovesOneFamily(t *testing.T) {
 			require.True(t, rep.Paused(), "waits for the operator at step 6")
 			assert.Equal(t, netip.MustParsePrefix(tc.wantSvc), m.ServiceCIDR(), "the Service range of the moved family")
 			assert.Contains(t, strings.Join(rep.Steps[0].Details, "\n"), tc.wantChecks)
+			assert.Contains(t, strings.Join(rep.Steps[0].Details, "\n"), "the Service CIDR "+tc.wantSvc+" and 3 node address(es)", "one address a node of the family")
 			assert.Equal(t, tc.wantNodes, rep.Steps[3].Details[:3], "%v", rep.Steps[3].Details)
 			assert.Contains(t, strings.Join(rep.Waiting.Instructions, "\n"), tc.wantFlag)
 			for _, n := range srv.Nodes() {
