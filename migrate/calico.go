@@ -662,6 +662,26 @@ func (m *CalicoPodCIDRMigration) calicoPlan(ctx context.Context) (*calico.SwapPl
 	return p, m.savePlansIfSaving()
 }
 
+// calicoEvents turns calico.Apply's events into progress lines and the
+// step's details: phase changes are left out, and the repeated waits (a
+// rollout, Calico releasing the old pool) go to progress only.
+func calicoEvents(env *Env, sr *StepReport) func(calico.Event) {
+	return func(e calico.Event) {
+		if e.Type == calico.EventPhase {
+			return
+		}
+		line := string(e.Type)
+		if e.Object != "" {
+			line += " " + e.Object
+		}
+		line += ": " + e.Message
+		env.Progressf("  calico %s", line)
+		if e.Type != calico.EventRolloutWait && e.Type != calico.EventLeftoversWait {
+			sr.Details = append(sr.Details, line)
+		}
+	}
+}
+
 func (m *CalicoPodCIDRMigration) calicoApply(ctx context.Context, env *Env, sr *StepReport, stopAfter calico.Phase) (*calico.ApplyResult, error) {
 	p, err := m.calicoPlan(ctx)
 	if err != nil {
@@ -670,20 +690,7 @@ func (m *CalicoPodCIDRMigration) calicoApply(ctx context.Context, env *Env, sr *
 	opts := calico.ApplyOptions{
 		StopAfter:    stopAfter,
 		PollInterval: m.o.PollInterval, RolloutTimeout: m.o.RolloutTimeout, DrainTimeout: m.o.DrainTimeout,
-		OnEvent: func(e calico.Event) {
-			if e.Type == calico.EventPhase {
-				return
-			}
-			line := string(e.Type)
-			if e.Object != "" {
-				line += " " + e.Object
-			}
-			line += ": " + e.Message
-			env.Progressf("  calico %s", line)
-			if e.Type != calico.EventRolloutWait && e.Type != calico.EventLeftoversWait {
-				sr.Details = append(sr.Details, line)
-			}
-		},
+		OnEvent: calicoEvents(env, sr),
 	}
 	if m.mode == ModeServerDryRun {
 		opts.DryRun = calico.DryRunServer

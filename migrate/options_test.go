@@ -69,3 +69,58 @@ func TestConstructorsFillTheDocumentedDefaults(t *testing.T) {
 		assert.Equal(t, o, m.o)
 	})
 }
+
+// v3Pools reads pools through the CRD store but says it is the
+// projectcalico.org/v3 API, as a V3Store does.
+type v3Pools struct{ calico.PoolStore }
+
+func (v3Pools) API() calico.API { return calico.APIProjectCalicoV3 }
+
+// The permission checks name the API group the pools are written through:
+// crd.projectcalico.org for the CRDs, projectcalico.org for the v3 API
+// (the Calico API server). A check of the wrong group passes for a user
+// who then cannot write the pools.
+func TestCalicoAccessChecksNameThePoolsAPIGroup(t *testing.T) {
+	dyn, _ := calicotest.NewDynamic()
+	for _, tc := range []struct {
+		pools calico.PoolStore
+		group string
+	}{{calico.NewCRDStore(dyn), "crd.projectcalico.org"}, {v3Pools{calico.NewCRDStore(dyn)}, "projectcalico.org"}} {
+		m := &CalicoPodCIDRMigration{o: CalicoPodCIDROptions{Cluster: calico.Cluster{Pools: tc.pools}}}
+		var verbs []string
+		for _, c := range m.accessChecks() {
+			if c.Resource == "ippools" {
+				assert.Equal(t, tc.group, c.Group, "%s ippools", c.Verb)
+				verbs = append(verbs, c.Verb)
+			}
+		}
+		assert.Equal(t, []string{"get", "list", "create", "update", "delete"}, verbs)
+	}
+}
+
+// calico.Apply's events reach the operator as progress lines, each naming
+// its object when it has one, and the step report keeps those that say what
+// was done: not the phase changes, nor the waits a rollout or Calico's
+// release of the old pool repeats at every poll.
+func TestCalicoEventsReportWhatWasDone(t *testing.T) {
+	var progress []string
+	env := &Env{progress: func(l string) { progress = append(progress, l) }}
+	var sr StepReport
+	on := calicoEvents(env, &sr)
+	for _, e := range []calico.Event{
+		{Type: calico.EventPhase, Message: "phase move-workloads"},
+		{Type: calico.EventRolloutWait, Object: "Deployment default/web", Message: "waiting for Deployment default/web: 1 of 2 updated"},
+		{Type: calico.EventLeftoversWait, Object: "IPPool old", Message: "waiting for Calico to release: 2 blocks"},
+		{Type: calico.EventDisablePool, Object: "IPPool old", Message: `disable IPPool "old"`},
+		{Type: calico.EventSkip, Message: "stopping after phase disable-old-pool as asked"},
+	} {
+		on(e)
+	}
+	assert.Equal(t, []string{
+		"  calico rollout-wait Deployment default/web: waiting for Deployment default/web: 1 of 2 updated",
+		"  calico leftovers-wait IPPool old: waiting for Calico to release: 2 blocks",
+		`  calico disable-pool IPPool old: disable IPPool "old"`,
+		"  calico skip: stopping after phase disable-old-pool as asked",
+	}, progress)
+	assert.Equal(t, []string{`disable-pool IPPool old: disable IPPool "old"`, "skip: stopping after phase disable-old-pool as asked"}, sr.Details)
+}
