@@ -13,12 +13,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/calico/calicotest"
@@ -156,6 +158,63 @@ func TestCalicoPodCIDRAddPoolFoundDone(t *testing.T) {
 	old, err := cl.Pools.Get(context.Background(), "default-ipv4-ippool")
 	require.NoError(t, err)
 	assert.True(t, old.Spec.Disabled, "the next step ran")
+}
+
+// A plan run and a server-dry-run describe each of the nine steps, the
+// workloads to move included; the server-dry-run sends steps 2 and 3 as one
+// dry-run Apply and reports the steps after the operator's as not run.
+func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
+	const (
+		add     = "new IPPool ippool-10-200-0-0-16 10.200.0.0/16 (blockSize 26, 1024 blocks), copying encapsulation and NAT of default-ipv4-ippool 10.233.64.0/18"
+		disable = "set IPPool default-ipv4-ippool disabled: new pods get addresses from the new pool only; running pods keep theirs"
+		move    = "rollout Deployment default/web (1 pod(s) in 10.233.64.0/18)"
+	)
+	for _, tc := range []struct {
+		mode     migrate.Mode
+		statuses []string
+		details  map[string][]string
+	}{
+		{migrate.ModePlan, []string{"planned", "planned", "planned", "planned", "planned", "operator", "planned", "planned", "planned"}, map[string][]string{
+			migrate.CalicoStepAddPool: {add},
+			migrate.CalicoStepDisable: {disable},
+			migrate.CalicoStepMove:    {move},
+		}},
+		{migrate.ModeServerDryRun, []string{"dry-run", "dry-run", "dry-run", "dry-run", "dry-run", "operator", "not-run", "not-run", "not-run"}, map[string][]string{
+			migrate.CalicoStepAddPool: {add, `create-pool IPPool ippool-10-200-0-0-16: create IPPool "ippool-10-200-0-0-16" cidr 10.200.0.0/16`,
+				`disable-pool IPPool default-ipv4-ippool: disable IPPool "default-ipv4-ippool" (10.233.64.0/18): no new addresses from it`,
+				"skip: stopping after phase disable-old-pool as asked; Apply again with the same plan and journal to go on"},
+			migrate.CalicoStepDisable: {disable, "dry-run together with step 2"},
+			migrate.CalicoStepMove:    {move},
+		}},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			cl, _ := calTestCluster(t, nil)
+			ctx := context.Background()
+			controller := func(kind, name, uid string) []metav1.OwnerReference {
+				return []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(true)}}
+			}
+			_, err := cl.Kube.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-web"}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			_, err = cl.Kube.AppsV1().ReplicaSets("default").Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc", UID: "uid-rs",
+				OwnerReferences: controller("Deployment", "web", "uid-web")}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			_, err = cl.Kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-abc-1", OwnerReferences: controller("ReplicaSet", "web-abc", "uid-rs")},
+				Spec: corev1.PodSpec{NodeName: "worker1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.233.64.5", PodIPs: []corev1.PodIP{{IP: "10.233.64.5"}}}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			m, err := migrate.CalicoPodCIDR(calOptions(cl))
+			require.NoError(t, err)
+			rep, err := (&migrate.Runner{Mode: tc.mode}).Run(ctx, m)
+			require.NoError(t, err)
+			var statuses []string
+			for _, s := range rep.Steps {
+				statuses = append(statuses, s.Status)
+				if want, ok := tc.details[s.Name]; ok {
+					assert.Equal(t, want, s.Details, "step %s", s.Name)
+				}
+			}
+			assert.Equal(t, tc.statuses, statuses)
+		})
+	}
 }
 
 // Without --service-cidr and --node-mask, Prepare takes them from
