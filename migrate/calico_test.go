@@ -24,6 +24,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/calico/calicotest"
+	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/internal/access/accesstest"
 	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/migrate"
@@ -177,6 +178,7 @@ func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
 		{migrate.ModePlan, []string{"planned", "planned", "planned", "planned", "planned", "operator", "planned", "planned", "planned"}, map[string][]string{
 			migrate.CalicoStepAddPool: {add},
 			migrate.CalicoStepDisable: {disable},
+			migrate.CalicoStepKubeadm: {"no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API"},
 			migrate.CalicoStepMove:    {move},
 		}},
 		{migrate.ModeServerDryRun, []string{"dry-run", "dry-run", "dry-run", "dry-run", "dry-run", "operator", "not-run", "not-run", "not-run"}, map[string][]string{
@@ -184,6 +186,7 @@ func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
 				`disable-pool IPPool default-ipv4-ippool: disable IPPool "default-ipv4-ippool" (10.233.64.0/18): no new addresses from it`,
 				"skip: stopping after phase disable-old-pool as asked; Apply again with the same plan and journal to go on"},
 			migrate.CalicoStepDisable: {disable, "dry-run together with step 2"},
+			migrate.CalicoStepKubeadm: {"no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API"},
 			migrate.CalicoStepMove:    {move},
 		}},
 	} {
@@ -326,6 +329,31 @@ func TestCalicoPodCIDRJournalsItsPlansInApplyOnly(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, n.Spec.PodCIDRs, "node %s has the journaled podCIDRs", name)
 	}
+	nodeLines := rep.Steps[3].Details
+	require.Len(t, nodeLines, 4)
+	assert.Regexp(t, `^moved 3 node\(s\); absent for p50 \S+, max \S+$`, nodeLines[3])
+
+	// Killed after the node moves but before the step was recorded: the
+	// rerun carries out the journaled node plan again, and finds every node
+	// moved by the earlier run.
+	require.NoError(t, j.Delete("step/"+migrate.CalicoStepNodes))
+	require.NoError(t, j.Close())
+	rep, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(context.Background(), m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused())
+	assert.Equal(t, append(nodeLines[:3:3], "3 node(s) moved by an earlier run"), rep.Steps[3].Details)
+
+	// A journaled node plan whose own preflight says kube-controller-manager
+	// would not start is not carried out.
+	j, err = journal.Open(dir)
+	require.NoError(t, err)
+	nodes.ControllerManager = &cidr.PreflightResult{FlagErrors: []string{"invalid CIDR"}}
+	require.NoError(t, j.Put("nodecidr-plan", &nodes))
+	require.NoError(t, j.Delete("step/"+migrate.CalicoStepNodes))
+	require.NoError(t, j.Close())
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(context.Background(), m)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "kube-controller-manager would not start with --cluster-cidr=10.200.0.0/16 after this plan: invalid CIDR")
 }
 
 func TestCalicoPodCIDROptionsValidate(t *testing.T) {
