@@ -170,6 +170,8 @@ func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
 		disable = "set IPPool default-ipv4-ippool disabled: new pods get addresses from the new pool only; running pods keep theirs"
 		move    = "rollout Deployment default/web (1 pod(s) in 10.233.64.0/18)"
 	)
+	flags := []string{"on every control-plane node, set --cluster-cidr=10.200.0.0/16 in /etc/kubernetes/manifests/kube-controller-manager.yaml (the kubelet restarts kube-controller-manager)",
+		"the runbook stops here (exit 3) until it observes the new flag, or is rerun with --continue"}
 	for _, tc := range []struct {
 		mode     migrate.Mode
 		statuses []string
@@ -179,6 +181,7 @@ func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
 			migrate.CalicoStepAddPool: {add},
 			migrate.CalicoStepDisable: {disable},
 			migrate.CalicoStepKubeadm: {"no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API"},
+			migrate.CalicoStepFlags:   flags,
 			migrate.CalicoStepMove:    {move},
 		}},
 		{migrate.ModeServerDryRun, []string{"dry-run", "dry-run", "dry-run", "dry-run", "dry-run", "operator", "not-run", "not-run", "not-run"}, map[string][]string{
@@ -187,6 +190,7 @@ func TestCalicoPodCIDRPlanAndServerDryRunDescribeEachStep(t *testing.T) {
 				"skip: stopping after phase disable-old-pool as asked; Apply again with the same plan and journal to go on"},
 			migrate.CalicoStepDisable: {disable, "dry-run together with step 2"},
 			migrate.CalicoStepKubeadm: {"no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API"},
+			migrate.CalicoStepFlags:   flags,
 			migrate.CalicoStepMove:    {move},
 		}},
 	} {
@@ -304,6 +308,8 @@ func TestCalicoPodCIDRJournalsItsPlansInApplyOnly(t *testing.T) {
 	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(context.Background(), m)
 	require.NoError(t, err)
 	require.True(t, rep.Paused(), "waits for the operator at step 6")
+	assert.Equal(t, []string{"every node lies in 10.200.0.0/16: kube-controller-manager will start with the new flag",
+		"not observed yet: no kube-controller-manager mirror pod in kube-system"}, rep.Steps[5].Details)
 	assert.Subset(t, keys(), []string{"calico-plan", "nodecidr-plan"})
 	j, err := journal.Open(dir)
 	require.NoError(t, err)
