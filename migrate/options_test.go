@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/cidrshift/cidrshift/calico"
@@ -123,4 +124,33 @@ func TestCalicoEventsReportWhatWasDone(t *testing.T) {
 		"  calico skip: stopping after phase disable-old-pool as asked",
 	}, progress)
 	assert.Equal(t, []string{`disable-pool IPPool old: disable IPPool "old"`, "skip: stopping after phase disable-old-pool as asked"}, sr.Details)
+}
+
+// podFlag reads a flag as the component parses it: --flag=value or --flag
+// value, the last one winning, from the named container (or the only one,
+// whatever its name); a flag with no value after it is not set.
+func TestPodFlagReadsTheNamedContainer(t *testing.T) {
+	pod := func(cs ...corev1.Container) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{Containers: cs}} }
+	c := func(name string, args ...string) corev1.Container {
+		return corev1.Container{Name: name, Command: []string{"kube-controller-manager"}, Args: args}
+	}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		want  string
+		found bool
+	}{
+		{"equals form", pod(c("kube-controller-manager", "--cluster-cidr=10.200.0.0/16")), "10.200.0.0/16", true},
+		{"separate value", pod(c("kube-controller-manager", "--cluster-cidr", "10.200.0.0/16")), "10.200.0.0/16", true},
+		{"the last one wins", pod(c("kube-controller-manager", "--cluster-cidr=10.1.0.0/16", "--cluster-cidr", "10.2.0.0/16")), "10.2.0.0/16", true},
+		{"no value after the flag", pod(c("kube-controller-manager", "--v=2", "--cluster-cidr")), "", false},
+		{"a flag that starts the same", pod(c("kube-controller-manager", "--cluster-cidr-extra=1")), "", false},
+		{"the only container, named otherwise", pod(c("controller", "--cluster-cidr=10.200.0.0/16")), "10.200.0.0/16", true},
+		{"the named one of two", pod(c("sidecar", "--cluster-cidr=10.9.0.0/16"), c("kube-controller-manager", "--cluster-cidr=10.200.0.0/16")), "10.200.0.0/16", true},
+		{"none of two named so", pod(c("sidecar", "--cluster-cidr=10.9.0.0/16"), c("other", "--cluster-cidr=10.8.0.0/16")), "", false},
+	} {
+		got, found := podFlag(tc.pod, "kube-controller-manager", "--cluster-cidr")
+		assert.Equal(t, tc.want, got, tc.name)
+		assert.Equal(t, tc.found, found, tc.name)
+	}
 }
