@@ -54,6 +54,8 @@ func TestConstructorsFillTheDocumentedDefaults(t *testing.T) {
 		m, err = FlannelPodCIDR(o)
 		require.NoError(t, err)
 		assert.Equal(t, o, m.o)
+		o.NodeMask = 32
+		assert.NoError(t, o.Validate(), "--node-mask 32: the range 1..32 is inclusive")
 	})
 	t.Run("servicecidr", func(t *testing.T) {
 		_, c := scCluster(t)
@@ -152,5 +154,31 @@ func TestPodFlagReadsTheNamedContainer(t *testing.T) {
 		got, found := podFlag(tc.pod, "kube-controller-manager", "--cluster-cidr")
 		assert.Equal(t, tc.want, got, tc.name)
 		assert.Equal(t, tc.found, found, tc.name)
+	}
+}
+
+// keptFamilyOf reads the family a one-family move keeps from
+// kube-controller-manager's flags: its range, whether it is listed first,
+// and its node mask, the component's default when the flags leave it out.
+func TestKeptFamilyOf(t *testing.T) {
+	v4, v6 := netip.MustParsePrefix("10.200.0.0/16"), netip.MustParsePrefix("fd00:20::/56")
+	for _, tc := range []struct {
+		name  string
+		flags cidr.ControllerManagerFlags
+		moved netip.Prefix
+		want  keptFamily
+	}{
+		{"single-stack", cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16"}, v4, keptFamily{}},
+		{"IPv6 kept, second, its mask", cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16,fd00:10::/56", NodeCIDRMaskSizeIPv6: 80}, v4,
+			keptFamily{cidr: netip.MustParsePrefix("fd00:10::/56"), mask: 80}},
+		{"IPv6 kept, default mask", cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16,fd00:10::/56"}, v4,
+			keptFamily{cidr: netip.MustParsePrefix("fd00:10::/56"), mask: cidr.DefaultNodeMaskIPv6}},
+		{"IPv4 kept, first, --node-cidr-mask-size", cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16,fd00:10::/56", NodeCIDRMaskSize: 25}, v6,
+			keptFamily{cidr: netip.MustParsePrefix("10.244.0.0/16"), first: true, mask: 25}},
+		{"IPv4 kept, default mask", cidr.ControllerManagerFlags{ClusterCIDR: "10.244.0.0/16,fd00:10::/56"}, v6,
+			keptFamily{cidr: netip.MustParsePrefix("10.244.0.0/16"), first: true, mask: cidr.DefaultNodeMaskIPv4}},
+		{"unreadable", cidr.ControllerManagerFlags{ClusterCIDR: "nope"}, v4, keptFamily{}},
+	} {
+		assert.Equal(t, tc.want, keptFamilyOf(tc.flags, tc.moved), tc.name)
 	}
 }
