@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,6 +77,11 @@ func TestFlannelOptionsRefusedBeforeTheCluster(t *testing.T) {
 		{"empty selector", func(o *migrate.FlannelPodCIDROptions) { o.FlannelSelector = "" }, "selects every pod"},
 		{"empty namespace", func(o *migrate.FlannelPodCIDROptions) { o.Namespace = "" }, "--namespace"},
 		{"negative timeout", func(o *migrate.FlannelPodCIDROptions) { o.HealthTimeout = -1 }, "--health-timeout"},
+		{"--out a file", func(o *migrate.FlannelPodCIDROptions) {
+			o.Manifests = t.TempDir()
+			o.Out = filepath.Join(o.Manifests, "kube-controller-manager.yaml")
+			require.NoError(t, os.WriteFile(o.Out, nil, 0o600))
+		}, "exists and is not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := flCluster(flNetConf)
@@ -106,6 +112,36 @@ func TestFlannelSetNetworkFoundDone(t *testing.T) {
 	assert.Contains(t, rep.Steps[1].Details[0], "found done: kube-flannel/kube-flannel-cfg net-conf.json holds Network 10.240.0.0/12")
 	for _, a := range cs.Actions() {
 		assert.False(t, a.GetVerb() == "update" && a.GetResource().Resource == "configmaps", "net-conf.json rewritten: %v", a)
+	}
+}
+
+// A rerun must ask for the move its journal records: the same --from (or
+// none), --network and flags; any other is refused in Prepare, before the
+// first write, naming what the journal holds.
+func TestFlannelRerunMustAskForTheJournaledMove(t *testing.T) {
+	cs := flCluster(flNetConf)
+	dir := filepath.Join(t.TempDir(), "j")
+	run := func(edit func(*migrate.FlannelPodCIDROptions)) (*migrate.Report, error) {
+		o := flOptions(cs)
+		edit(&o)
+		m, err := migrate.FlannelPodCIDR(o)
+		require.NoError(t, err)
+		return (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(t.Context(), m)
+	}
+	rep, err := run(func(*migrate.FlannelPodCIDROptions) {})
+	require.NoError(t, err)
+	require.True(t, rep.Paused(), "the controller-manager step waits for the operator")
+	rep, err = run(func(o *migrate.FlannelPodCIDROptions) { o.From = netip.MustParsePrefix("10.244.0.0/16") })
+	require.NoError(t, err, "--from as journaled")
+	require.True(t, rep.Paused())
+	for name, edit := range map[string]func(*migrate.FlannelPodCIDROptions){
+		"another --from":    func(o *migrate.FlannelPodCIDROptions) { o.From = netip.MustParsePrefix("10.245.0.0/16") },
+		"another --network": func(o *migrate.FlannelPodCIDROptions) { o.Network = netip.MustParsePrefix("10.224.0.0/11") },
+		"make-before-break": func(o *migrate.FlannelPodCIDROptions) { o.MakeBeforeBreak = true },
+	} {
+		_, err := run(edit)
+		require.ErrorIs(t, err, migrate.ErrInvalidInput, name)
+		assert.Contains(t, err.Error(), "records a move 10.244.0.0/16 -> 10.240.0.0/12 (rewrite-nodes false, node-range none, make-before-break false, fix-only false)", name)
 	}
 }
 
