@@ -288,15 +288,7 @@ func TestCalicoPodCIDRDiscoversTheServiceRangeAndNodeMask(t *testing.T) {
 func TestCalicoPodCIDRJournalsItsPlansInApplyOnly(t *testing.T) {
 	cl, _ := calTestCluster(t, nil)
 	dir := filepath.Join(t.TempDir(), "journal")
-	keys := func() []string {
-		t.Helper()
-		j, err := journal.Open(dir)
-		require.NoError(t, err)
-		defer j.Close()
-		k, err := j.Keys("")
-		require.NoError(t, err)
-		return k
-	}
+	keys := func() []string { return migrate.JournalKeys(t, dir) }
 	require.Empty(t, keys(), "the journal exists and is empty")
 
 	m, err := migrate.CalicoPodCIDR(calOptions(cl))

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/internal/kubetest"
 )
 
@@ -59,14 +58,7 @@ func TestRunnerPlanShowsTheStepsItsJournalRecordsDone(t *testing.T) {
 	rep, err := (&Runner{Mode: ModeApply, JournalDir: dir}).Run(t.Context(), c)
 	require.NoError(t, err)
 	require.True(t, rep.Paused())
-	keys := func() []string {
-		j, err := journal.Open(dir)
-		require.NoError(t, err)
-		defer j.Close()
-		k, err := j.Keys("")
-		require.NoError(t, err)
-		return k
-	}
+	keys := func() []string { return JournalKeys(t, dir) }
 	before := keys()
 
 	for _, mode := range []Mode{ModePlan, ModeServerDryRun} {
