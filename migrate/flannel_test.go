@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -422,6 +423,44 @@ func TestFlannelFixOnlyRefusals(t *testing.T) {
 		if a.GetVerb() == "create" {
 			assert.Contains(t, []string{"selfsubjectaccessreviews"}, a.GetResource().Resource, "%v", a)
 		}
+	}
+}
+
+// Prepare refuses, before the first write, a node mask wider than the
+// Network in use and a --manifests directory without kube-controller-
+// manager's manifest. A node mask as wide as the Network passes that check
+// and is refused by the fix plan, which finds no such subnet free for the
+// nodes without one.
+func TestFlannelPreflightRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(*migrate.FlannelPodCIDROptions)
+		invalid bool
+		want    string
+	}{
+		{"node mask wider than the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 15 }, true, "--node-mask 15: a node subnet /15 is larger than the Network 10.244.0.0/16"},
+		{"node mask as wide as the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 16 }, false, "2 nodes (w3, w4) need a new /16 but 10.244.0.0/16 has none left"},
+		{"no kube-controller-manager manifest", func(o *migrate.FlannelPodCIDROptions) { o.Manifests = t.TempDir() }, true, "kube-controller-manager.yaml: open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := flCluster(flNetConf)
+			o := flOptions(cs)
+			tc.edit(&o)
+			m, err := migrate.FlannelPodCIDR(o)
+			require.NoError(t, err)
+			for _, mode := range []migrate.Mode{migrate.ModePlan, migrate.ModeApply} {
+				_, err = (&migrate.Runner{Mode: mode, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+				require.Error(t, err, mode)
+				assert.Equal(t, tc.invalid, errors.Is(err, migrate.ErrInvalidInput), "%s: %v", mode, err)
+				assert.Contains(t, err.Error(), tc.want, mode)
+			}
+			for _, a := range cs.Actions() {
+				assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "no write but access reviews: %v", a)
+				if a.GetVerb() == "create" {
+					assert.Equal(t, "selfsubjectaccessreviews", a.GetResource().Resource, "%v", a)
+				}
+			}
+		})
 	}
 }
 
