@@ -503,6 +503,9 @@ func (m *CalicoPodCIDRMigration) validate(ctx context.Context, found bool) ([]st
 	if _, err := m.nodePlan(ctx); err != nil {
 		return nil, err
 	}
+	if err := m.kubeadmEdits().preflight(ctx, m.kube(), m.env); err != nil {
+		return nil, err
+	}
 	return sr.Details, nil
 }
 
@@ -876,8 +879,14 @@ func (m *CalicoPodCIDRMigration) kubeadmConfig(ctx context.Context, _ *Env, sr *
 		sr.Details = append(sr.Details, "no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
+	return m.kubeadmEdits().run(ctx, m.kube(), snap, m.env, sr)
+}
+
+// kubeadmEdits are the kubeadm ConfigMap edits of step 5, and of its check
+// in Prepare.
+func (m *CalicoPodCIDRMigration) kubeadmEdits() kubeadmEdits {
 	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.clusterCIDR()},
-		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.kube(), snap, m.env, sr)
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}
 }
 
 // --- step 6: kube-controller-manager --cluster-cidr (operator) ---

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -94,6 +95,7 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 		name  string
 		extra []*corev1.Node
 		pools []map[string]any
+		cms   []*corev1.ConfigMap
 		edit  func(*migrate.CalicoPodCIDROptions)
 		bad   bool
 		want  string
@@ -106,12 +108,20 @@ func TestCalicoPodCIDRRefusedBeforeTheFirstWrite(t *testing.T) {
 		{name: "--to on the Service CIDR", bad: true, want: "10.233.0.0/18", edit: func(o *migrate.CalicoPodCIDROptions) { o.To = netip.MustParsePrefix("10.233.0.0/16") }},
 		{name: "a node's external address inside --to", extra: []*corev1.Node{edge}, bad: true,
 			want: "contains node-network 10.200.3.4/32 (node edge address): cluster addresses overlap the node network"},
+		// Refused by the plan of step 5, which Prepare makes too: before,
+		// only once steps 2 to 4 had written.
+		{name: "kubeadm's serviceSubnet inside --to", bad: true, cms: []*corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
+			Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.233.64.0/18\n  serviceSubnet: 10.200.96.0/20\n"}}},
+			want: "the kubeadm ConfigMaps set to podSubnet 10.200.0.0/16 would hold a layout the components refuse: error overlap: error: cluster-cidr 10.200.0.0/16 (target pod CIDR) contains service-cidr 10.200.96.0/20 (target Service CIDR)"},
 		// Refused by the Calico plan, which Prepare makes.
 		{name: "the new pool's name taken by another range", pools: []map[string]any{{"apiVersion": "crd.projectcalico.org/v1", "kind": "IPPool",
 			"metadata": map[string]any{"name": "ippool-10-200-0-0-16"}, "spec": map[string]any{"cidr": "10.201.0.0/16", "blockSize": int64(26)}}}, bad: true, want: `"ippool-10-200-0-0-16": a pool with this name exists with cidr 10.201.0.0/16`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, writes := calTestCluster(t, tc.extra, tc.pools...)
+			for _, cm := range tc.cms {
+				require.NoError(t, cl.Kube.(*fake.Clientset).Tracker().Add(cm))
+			}
 			o := calOptions(cl)
 			if tc.edit != nil {
 				tc.edit(&o)

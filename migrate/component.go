@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/kubeadmcfg"
 	"github.com/cidrshift/cidrshift/nodecidr"
 )
@@ -196,6 +197,60 @@ func (k kubeadmEdits) run(ctx context.Context, kube kubernetes.Interface, snap *
 		sr.Addf("%s %s: %s", e.Edit, e.ConfigMap, e.Outcome)
 	}
 	return err
+}
+
+// preflight is run's check before the first write of the migration: the
+// kubeadm ConfigMaps the cluster has can be planned for the intent, and the
+// plan's target layout has no error, which kubeadmcfg.Apply refuses, but
+// only once the steps before this one have written. A plan journaled by an
+// earlier run of the same migration is the one run carries out: it passed
+// this check when it was made.
+func (k kubeadmEdits) preflight(ctx context.Context, kube kubernetes.Interface, env *Env) error {
+	if env.Journal != nil && env.Mode == ModeApply {
+		if ok, err := env.Journal.Get(k.key, &kubeadmcfg.Plan{}); err != nil || ok {
+			return err
+		}
+	}
+	snap, err := kubeadmcfg.Read(ctx, kube, kubeadmcfg.ReadOptions{})
+	if err != nil {
+		return err
+	}
+	present := map[string]bool{kubeadmcfg.EditKubeadmConfig: snap.Kubeadm != nil, kubeadmcfg.EditKubeProxy: snap.KubeProxy != nil, kubeadmcfg.EditKubeletConfig: snap.Kubelet != nil}
+	if !slices.ContainsFunc(k.ids, func(id string) bool { return present[id] }) {
+		return nil // the step has nothing to update either
+	}
+	want := strings.TrimSpace(strings.Join([]string{podSubnetOf(k.intent), serviceSubnetOf(k.intent)}, " "))
+	kp, err := kubeadmcfg.NewPlan(snap, k.intent, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
+	if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the kubeadm ConfigMaps cannot be set to %s: %w", want, err)
+	}
+	var errs []string
+	for _, f := range kp.Findings {
+		if f.Severity == cidr.SeverityError {
+			errs = append(errs, f.String())
+		}
+	}
+	if len(errs) > 0 {
+		return inputf("the kubeadm ConfigMaps set to %s would hold a layout the components refuse: %s", want, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func podSubnetOf(i kubeadmcfg.Intent) string {
+	if i.PodSubnet == "" {
+		return ""
+	}
+	return "podSubnet " + i.PodSubnet
+}
+
+func serviceSubnetOf(i kubeadmcfg.Intent) string {
+	if i.ServiceSubnet == "" {
+		return ""
+	}
+	return "serviceSubnet " + i.ServiceSubnet
 }
 
 // nodeClusterJournal is where a node rewrite of the run keeps the copy of

@@ -593,23 +593,7 @@ func (m *FlannelPodCIDRMigration) preflight(ctx context.Context, env *Env) error
 			return inputf("--manifests %s: %s: cannot set --cluster-cidr=%s: %s", m.o.Manifests, kubeadmcfg.ControllerManagerManifest, m.clusterCIDR(), oneLine(err.Error()))
 		}
 	}
-	if m.mode == ModeApply {
-		if ok, err := m.j.Get(keyKubeadmPlan, &kubeadmcfg.Plan{}); err != nil || ok {
-			return err
-		}
-	}
-	snap, err := kubeadmcfg.Read(ctx, m.o.Kube, kubeadmcfg.ReadOptions{})
-	if err != nil {
-		return err
-	}
-	if snap.Kubeadm == nil && snap.KubeProxy == nil {
-		return nil
-	}
-	_, err = kubeadmcfg.NewPlan(snap, kubeadmcfg.Intent{PodSubnet: m.to.String()}, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
-	if err != nil && !errors.Is(err, kubeadmcfg.ErrNothingToDo) {
-		return fmt.Errorf("the kubeadm ConfigMaps cannot be set to podSubnet %s: %w", m.to, err)
-	}
-	return nil
+	return m.kubeadmEdits().preflight(ctx, m.o.Kube, env)
 }
 
 // flSuggest proposes a Network containing p: four times as large.
@@ -1114,8 +1098,14 @@ func (m *FlannelPodCIDRMigration) kubeadmConfigMaps(ctx context.Context, sr *Ste
 		sr.Addf("no kubeadm-config or kube-proxy ConfigMap: nothing to update in the API")
 		return nil
 	}
+	return m.kubeadmEdits().run(ctx, m.o.Kube, snap, m.env, sr)
+}
+
+// kubeadmEdits are the kubeadm ConfigMap edits of step kubeadm, and of its
+// check in Prepare.
+func (m *FlannelPodCIDRMigration) kubeadmEdits() kubeadmEdits {
 	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{PodSubnet: m.clusterCIDR()},
-		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}.run(ctx, m.o.Kube, snap, m.env, sr)
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeProxy}}
 }
 
 // observeFlag decides from the API whether kube-controller-manager runs

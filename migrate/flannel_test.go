@@ -427,11 +427,21 @@ func TestFlannelFixOnlyRefusals(t *testing.T) {
 }
 
 // Prepare refuses, before the first write, a node mask wider than the
-// Network in use and a --manifests directory without kube-controller-
-// manager's manifest. A node mask as wide as the Network passes that check
+// Network in use, a --manifests directory without kube-controller-
+// manager's manifest, and a Network the kubeadm ConfigMaps could not hold
+// (it would contain kubeadm's serviceSubnet): that last one was refused
+// only at the kubeadm step, after the nodes and net-conf.json were written. A node mask as wide as the Network passes that check
 // and is refused by the fix plan, which finds no such subnet free for the
 // nodes without one.
 func TestFlannelPreflightRefusals(t *testing.T) {
+	kubeadmConfig := func(serviceSubnet string) func(*migrate.FlannelPodCIDROptions) {
+		return func(o *migrate.FlannelPodCIDROptions) {
+			_, err := o.Kube.CoreV1().ConfigMaps("kube-system").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
+				Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: " + serviceSubnet + "\n"}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			o.Kube.(*fake.Clientset).ClearActions()
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		edit    func(*migrate.FlannelPodCIDROptions)
@@ -441,6 +451,8 @@ func TestFlannelPreflightRefusals(t *testing.T) {
 		{"node mask wider than the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 15 }, true, "--node-mask 15: a node subnet /15 is larger than the Network 10.244.0.0/16"},
 		{"node mask as wide as the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 16 }, false, "2 nodes (w3, w4) need a new /16 but 10.244.0.0/16 has none left"},
 		{"no kube-controller-manager manifest", func(o *migrate.FlannelPodCIDROptions) { o.Manifests = t.TempDir() }, true, "kube-controller-manager.yaml: open"},
+		{"kubeadm's serviceSubnet elsewhere", kubeadmConfig("10.96.0.0/12"), false, ""},
+		{"kubeadm's serviceSubnet inside the new Network", kubeadmConfig("10.241.0.0/16"), true, "the kubeadm ConfigMaps set to podSubnet 10.240.0.0/12 would hold a layout the components refuse: error overlap: error: cluster-cidr 10.240.0.0/12 (target pod CIDR) contains service-cidr 10.241.0.0/16 (target Service CIDR)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := flCluster(flNetConf)
@@ -449,12 +461,20 @@ func TestFlannelPreflightRefusals(t *testing.T) {
 			m, err := migrate.FlannelPodCIDR(o)
 			require.NoError(t, err)
 			for _, mode := range []migrate.Mode{migrate.ModePlan, migrate.ModeApply} {
-				_, err = (&migrate.Runner{Mode: mode, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+				rep, err := (&migrate.Runner{Mode: mode, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+				if tc.want == "" {
+					require.NoError(t, err, mode)
+					assert.Equal(t, mode == migrate.ModeApply, rep.Paused(), "an apply run waits for the operator")
+					continue
+				}
 				require.Error(t, err, mode)
 				assert.Equal(t, tc.invalid, errors.Is(err, migrate.ErrInvalidInput), "%s: %v", mode, err)
 				assert.Contains(t, err.Error(), tc.want, mode)
 			}
 			for _, a := range cs.Actions() {
+				if tc.want == "" {
+					break
+				}
 				assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "no write but access reviews: %v", a)
 				if a.GetVerb() == "create" {
 					assert.Equal(t, "selfsubjectaccessreviews", a.GetResource().Resource, "%v", a)

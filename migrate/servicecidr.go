@@ -256,7 +256,7 @@ func (m *ServiceCIDRMigration) serviceCIDRReady(ctx context.Context, _ *Env) (bo
 
 // --- step 1: preflight ---
 
-func (m *ServiceCIDRMigration) preflight(ctx context.Context, _ *Env, sr *StepReport) error {
+func (m *ServiceCIDRMigration) preflight(ctx context.Context, env *Env, sr *StepReport) error {
 	// The whole move is planned now, before step 2 writes anything: Plan
 	// refuses a --from that is not the range in use, a target name taken by
 	// another range, a range too small, ...
@@ -317,6 +317,9 @@ func (m *ServiceCIDRMigration) preflight(ctx context.Context, _ *Env, sr *StepRe
 	}
 	sr.Details = append(sr.Details, fmt.Sprintf("ServiceCIDR API %s on Kubernetes %s; moving %s -> %s", m.o.Client.APIVersion().GroupVersion(), m.o.Client.Server().GitVersion, prefixes(m.from), prefixes(m.to)))
 	if err := m.checkManifests(); err != nil {
+		return err
+	}
+	if err := m.kubeadmEdits().preflight(ctx, m.kube(), env); err != nil {
 		return err
 	}
 	checks := m.accessChecks()
@@ -550,13 +553,20 @@ func (m *ServiceCIDRMigration) nodeConfig(ctx context.Context, _ *Env, sr *StepR
 		sr.Details = append(sr.Details, "no kubeadm-config or kubelet-config ConfigMap: nothing to update in the API")
 		return nil
 	}
+	edits := m.kubeadmEdits()
+	edits.check = func(kp *kubeadmcfg.Plan, sr *StepReport) {
+		if dnsNew != nil && kp.Target.ClusterDNS != nil && !slices.Equal(dnsNew, kp.Target.ClusterDNS) {
+			sr.Addf("warning: kubelet-config clusterDNS would become %v but the DNS Service moved to %v", kp.Target.ClusterDNS, dnsNew)
+		}
+	}
+	return edits.run(ctx, m.kube(), snap, m.env, sr)
+}
+
+// kubeadmEdits are the kubeadm ConfigMap edits of the node step, and of its
+// check in the preflight.
+func (m *ServiceCIDRMigration) kubeadmEdits() kubeadmEdits {
 	return kubeadmEdits{key: keyKubeadmPlan, intent: kubeadmcfg.Intent{ServiceSubnet: prefixes(m.to)},
-		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeletConfig},
-		check: func(kp *kubeadmcfg.Plan, sr *StepReport) {
-			if dnsNew != nil && kp.Target.ClusterDNS != nil && !slices.Equal(dnsNew, kp.Target.ClusterDNS) {
-				sr.Addf("warning: kubelet-config clusterDNS would become %v but the DNS Service moved to %v", kp.Target.ClusterDNS, dnsNew)
-			}
-		}}.run(ctx, m.kube(), snap, m.env, sr)
+		ids: []string{kubeadmcfg.EditKubeadmConfig, kubeadmcfg.EditKubeletConfig}}
 }
 
 func manualLine(m servicecidr.ManualStep) string {

@@ -85,3 +85,21 @@ func TestServiceCIDROptionsRefusedBeforeTheCluster(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidInput)
 	assert.Contains(t, err.Error(), "--to 100.64.128.0/17 overlaps --from 100.64.0.0/13")
 }
+
+// A new Service range that kubeadm's podSubnet overlaps is refused by the
+// preflight, before the first write: the kubeadm step's plan would carry a
+// layout kubeadmcfg.Apply refuses, and before it, steps 2 on would have
+// written the new ServiceCIDR and moved Services.
+func TestServiceCIDRPreflightRefusesAKubeadmLayoutTheComponentsRefuse(t *testing.T) {
+	cl, c := scCluster(t)
+	_, err := cl.Kube.CoreV1().ConfigMaps("kube-system").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kubeadm-config"},
+		Data: map[string]string{"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 172.25.0.0/16\n  serviceSubnet: 100.64.0.0/13\n"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	writes := len(cl.Writes())
+	m, err := ServiceCIDR(ServiceCIDROptions{Client: c, To: []netip.Prefix{netip.MustParsePrefix("172.24.0.0/15")}, PollInterval: time.Millisecond})
+	require.NoError(t, err)
+	_, err = (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	require.ErrorIs(t, err, ErrInvalidInput)
+	assert.Contains(t, err.Error(), "the kubeadm ConfigMaps set to serviceSubnet 172.24.0.0/15 would hold a layout the components refuse")
+	assert.Equal(t, writes, len(cl.Writes()), "nothing written")
+}
