@@ -146,6 +146,41 @@ func TestFlannelRerunMustAskForTheJournaledMove(t *testing.T) {
 	}
 }
 
+// The fix step journals its node plan before its first write, and only a
+// plan with work: an empty plan journaled would be carried out by a rerun
+// in place of one that sees a node broken meanwhile. Its report counts the
+// nodes moved.
+func TestFlannelFixPlanJournaledOnlyWithWork(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cs      *fake.Clientset
+		journal bool
+		report  string
+	}{
+		{"a duplicate and a node without podCIDR", flCluster(flNetConf), true, "moved 2 node(s), 0 already done; delete->create gap p50 "},
+		{"every node healthy", func() *fake.Clientset {
+			cs, _ := flClusterOf(flNetConf, flNode("w1", "10.244.1.0/24", 0), flNode("w2", "10.244.2.0/24", 0))
+			return cs
+		}(), false, "no node needs a change"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := migrate.FlannelPodCIDR(flOptions(tc.cs))
+			require.NoError(t, err)
+			dir := filepath.Join(t.TempDir(), "j")
+			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: dir}).Run(t.Context(), m)
+			require.NoError(t, err)
+			require.True(t, rep.Paused())
+			require.Equal(t, migrate.FlannelStepFix, rep.Steps[0].Name)
+			assert.Equal(t, tc.journal, slices.Contains(migrate.JournalKeys(t, dir), migrate.FlannelFixPlanKey))
+			found := false
+			for _, d := range rep.Steps[0].Details {
+				found = found || strings.HasPrefix(d, tc.report)
+			}
+			assert.True(t, found, "%q in %q", tc.report, rep.Steps[0].Details)
+		})
+	}
+}
+
 // A reviewed Plan is carried out while the cluster matches it, and refused
 // with ErrStalePlan once it has moved on.
 func TestFlannelApplyPlan(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/cidrshift/cidrshift/calico/calicotest"
 	"github.com/cidrshift/cidrshift/cidr"
 	"github.com/cidrshift/cidrshift/flannel"
+	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
 // The constructors fill each zero option with the default its doc comment
@@ -181,4 +182,22 @@ func TestKeptFamilyOf(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, keptFamilyOf(tc.flags, tc.moved), tc.name)
 	}
+}
+
+// sharedGroups finds the worker steps that leave one IPv4 podCIDR, pairs
+// included, in the order of their first step; a step alone on its subnet,
+// and control-plane steps, are in no group.
+func TestSharedGroupsOfAPlan(t *testing.T) {
+	st := func(node, old string, cp bool) nodecidr.Step {
+		return nodecidr.Step{Node: node, ControlPlane: cp, OldPodCIDRs: []string{old}, NewPodCIDRs: []string{"10.245.0.0/24"}}
+	}
+	p := &nodecidr.Plan{Steps: []nodecidr.Step{
+		st("w1", "10.244.1.0/24", false), st("w2", "10.244.2.0/24", false), st("w3", "10.244.1.0/24", false),
+		st("w4", "10.244.4.0/24", false), st("w5", "10.244.4.0/24", false), st("w6", "10.244.4.0/24", false),
+		st("cp1", "10.244.2.0/24", true),
+	}}
+	assert.Equal(t, []sharedGroup{
+		{subnet: netip.MustParsePrefix("10.244.1.0/24"), nodes: []string{"w1", "w3"}},
+		{subnet: netip.MustParsePrefix("10.244.4.0/24"), nodes: []string{"w4", "w5", "w6"}},
+	}, sharedGroups(p))
 }
