@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/cidrshift/cidrshift/flannel"
 	"github.com/cidrshift/cidrshift/internal/access"
@@ -177,8 +179,64 @@ func TestFlannelFixPlanJournaledOnlyWithWork(t *testing.T) {
 				found = found || strings.HasPrefix(d, tc.report)
 			}
 			assert.True(t, found, "%q in %q", tc.report, rep.Steps[0].Details)
+			if tc.journal {
+				assert.Contains(t, strings.Join(rep.Steps[0].Details, "\n"), " w4: (none) -> 10.244.", "a node without podCIDR")
+			}
 		})
 	}
+}
+
+// After a node moves, its workload pods are deleted so their controllers
+// recreate them with addresses of the new subnet, and the next node waits
+// until this one is healthy. A server-dry-run recreates no node, so it
+// deletes no pod and does not wait; an apply run deletes the pod a
+// controller recreates, leaves the bare one, and stops once
+// --health-timeout is over while that one does not run, naming it.
+func TestFlannelNodeHooksInDryRunAndApply(t *testing.T) {
+	pods := func() []runtime.Object {
+		rs := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", UID: "uid-web-1",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-rs", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: "w3"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		solo := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "solo", UID: "uid-solo"},
+			Spec: corev1.PodSpec{NodeName: "w3"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+		return []runtime.Object{rs, solo}
+	}
+	cluster := func() *fake.Clientset {
+		cs, _ := flClusterOf(flNetConf, append(pods(),
+			flNode("w1", "10.244.1.0/24", 0), flNode("w2", "10.244.2.0/24", 0), flNode("w3", "10.244.1.0/24", 3600))...)
+		return cs
+	}
+
+	t.Run("server-dry-run", func(t *testing.T) {
+		cs := cluster()
+		o := flOptions(cs)
+		o.HealthTimeout = 50 * time.Millisecond
+		m, err := migrate.FlannelPodCIDR(o)
+		require.NoError(t, err)
+		_, err = (&migrate.Runner{Mode: migrate.ModeServerDryRun}).Run(t.Context(), m)
+		require.NoError(t, err, "no wait for the pending pod")
+		for _, a := range cs.Actions() {
+			assert.False(t, a.GetVerb() == "delete" && a.GetResource().Resource == "pods", "%v", a)
+		}
+	})
+	t.Run("apply", func(t *testing.T) {
+		cs := cluster()
+		o := flOptions(cs)
+		o.HealthTimeout = 50 * time.Millisecond
+		m, err := migrate.FlannelPodCIDR(o)
+		require.NoError(t, err)
+		_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "node w3 not healthy after 50ms: pod default/solo is Pending")
+		var deleted []string
+		for _, a := range cs.Actions() {
+			if d, ok := a.(k8stesting.DeleteActionImpl); ok && a.GetResource().Resource == "pods" {
+				deleted = append(deleted, d.Name)
+				assert.Empty(t, d.DeleteOptions.DryRun, "pod %s", d.Name)
+			}
+		}
+		assert.Equal(t, []string{"web-1"}, deleted, "the bare pod is left for the operator")
+	})
 }
 
 // A reviewed Plan is carried out while the cluster matches it, and refused
