@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -188,54 +189,59 @@ func TestFlannelFixPlanJournaledOnlyWithWork(t *testing.T) {
 
 // After a node moves, its workload pods are deleted so their controllers
 // recreate them with addresses of the new subnet, and the next node waits
-// until this one is healthy. A server-dry-run recreates no node, so it
-// deletes no pod and does not wait; an apply run deletes the pod a
-// controller recreates, leaves the bare one, and stops once
-// --health-timeout is over while that one does not run, naming it.
+// until this one is healthy: every pod on it runs, but those that ended or
+// are being deleted. A server-dry-run recreates no node, so it deletes no
+// pod and does not wait; an apply run deletes the pod a controller
+// recreates, leaves the bare one, and stops once --health-timeout is over
+// while that one does not run, naming it.
 func TestFlannelNodeHooksInDryRunAndApply(t *testing.T) {
-	pods := func() []runtime.Object {
-		rs := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", UID: "uid-web-1",
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-rs", Controller: ptr.To(true)}}},
-			Spec: corev1.PodSpec{NodeName: "w3"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-		solo := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "solo", UID: "uid-solo"},
-			Spec: corev1.PodSpec{NodeName: "w3"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
-		return []runtime.Object{rs, solo}
-	}
-	cluster := func() *fake.Clientset {
-		cs, _ := flClusterOf(flNetConf, append(pods(),
-			flNode("w1", "10.244.1.0/24", 0), flNode("w2", "10.244.2.0/24", 0), flNode("w3", "10.244.1.0/24", 3600))...)
-		return cs
-	}
-
-	t.Run("server-dry-run", func(t *testing.T) {
-		cs := cluster()
-		o := flOptions(cs)
-		o.HealthTimeout = 50 * time.Millisecond
-		m, err := migrate.FlannelPodCIDR(o)
-		require.NoError(t, err)
-		_, err = (&migrate.Runner{Mode: migrate.ModeServerDryRun}).Run(t.Context(), m)
-		require.NoError(t, err, "no wait for the pending pod")
-		for _, a := range cs.Actions() {
-			assert.False(t, a.GetVerb() == "delete" && a.GetResource().Resource == "pods", "%v", a)
+	pod := func(name string, phase corev1.PodPhase, owned bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+			Spec: corev1.PodSpec{NodeName: "w3"}, Status: corev1.PodStatus{Phase: phase}}
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "uid-rs", Controller: ptr.To(true)}}
 		}
-	})
-	t.Run("apply", func(t *testing.T) {
-		cs := cluster()
+		return p
+	}
+	ended := []runtime.Object{pod("job-done", corev1.PodSucceeded, false), pod("job-failed", corev1.PodFailed, false)}
+	leaving := pod("leaving", corev1.PodPending, false)
+	leaving.DeletionTimestamp, leaving.Finalizers = ptr.To(metav1.Now()), []string{"example.com/hold"}
+	run := func(mode migrate.Mode, pods ...runtime.Object) (*fake.Clientset, *migrate.Report, error) {
+		cs, _ := flClusterOf(flNetConf, append(pods,
+			flNode("w1", "10.244.1.0/24", 0), flNode("w2", "10.244.2.0/24", 0), flNode("w3", "10.244.1.0/24", 3600))...)
 		o := flOptions(cs)
 		o.HealthTimeout = 50 * time.Millisecond
 		m, err := migrate.FlannelPodCIDR(o)
 		require.NoError(t, err)
-		_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "node w3 not healthy after 50ms: pod default/solo is Pending")
-		var deleted []string
+		rep, err := (&migrate.Runner{Mode: mode, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+		return cs, rep, err
+	}
+	podDeletes := func(cs *fake.Clientset) []string {
+		var out []string
 		for _, a := range cs.Actions() {
 			if d, ok := a.(k8stesting.DeleteActionImpl); ok && a.GetResource().Resource == "pods" {
-				deleted = append(deleted, d.Name)
+				out = append(out, d.Name)
 				assert.Empty(t, d.DeleteOptions.DryRun, "pod %s", d.Name)
 			}
 		}
-		assert.Equal(t, []string{"web-1"}, deleted, "the bare pod is left for the operator")
+		return out
+	}
+
+	t.Run("server-dry-run", func(t *testing.T) {
+		cs, _, err := run(migrate.ModeServerDryRun, pod("web-1", corev1.PodRunning, true), pod("solo", corev1.PodPending, false))
+		require.NoError(t, err, "no wait for the pending pod")
+		assert.Empty(t, podDeletes(cs))
+	})
+	t.Run("apply, a pod that does not run", func(t *testing.T) {
+		cs, _, err := run(migrate.ModeApply, pod("web-1", corev1.PodRunning, true), pod("solo", corev1.PodPending, false))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "node w3 not healthy after 50ms: pod default/solo is Pending")
+		assert.Equal(t, []string{"web-1"}, podDeletes(cs), "the bare pod is left for the operator")
+	})
+	t.Run("apply, pods that ended or are being deleted", func(t *testing.T) {
+		_, rep, err := run(migrate.ModeApply, append(ended, leaving)...)
+		require.NoError(t, err)
+		assert.True(t, rep.Paused(), "on to the operator's step")
 	})
 }
 
