@@ -219,7 +219,7 @@ func (k kubeadmEdits) preflight(ctx context.Context, kube kubernetes.Interface, 
 	if !slices.ContainsFunc(k.ids, func(id string) bool { return present[id] }) {
 		return nil // the step has nothing to update either
 	}
-	want := strings.TrimSpace(strings.Join([]string{podSubnetOf(k.intent), serviceSubnetOf(k.intent)}, " "))
+	want := intentString(k.intent)
 	kp, err := kubeadmcfg.NewPlan(snap, k.intent, kubeadmcfg.PlanOptions{KeepNodeIPAM: true})
 	if errors.Is(err, kubeadmcfg.ErrNothingToDo) {
 		return nil
@@ -239,18 +239,16 @@ func (k kubeadmEdits) preflight(ctx context.Context, kube kubernetes.Interface, 
 	return nil
 }
 
-func podSubnetOf(i kubeadmcfg.Intent) string {
-	if i.PodSubnet == "" {
-		return ""
+// intentString names the subnets an intent sets ("podSubnet 10.240.0.0/12").
+func intentString(i kubeadmcfg.Intent) string {
+	var parts []string
+	if i.PodSubnet != "" {
+		parts = append(parts, "podSubnet "+i.PodSubnet)
 	}
-	return "podSubnet " + i.PodSubnet
-}
-
-func serviceSubnetOf(i kubeadmcfg.Intent) string {
-	if i.ServiceSubnet == "" {
-		return ""
+	if i.ServiceSubnet != "" {
+		parts = append(parts, "serviceSubnet "+i.ServiceSubnet)
 	}
-	return "serviceSubnet " + i.ServiceSubnet
+	return strings.Join(parts, " ")
 }
 
 // nodeClusterJournal is where a node rewrite of the run keeps the copy of
