@@ -690,7 +690,7 @@ func (m *ServiceCIDRMigration) retire(ctx context.Context, _ *Env, sr *StepRepor
 	res, err := m.o.Client.Apply(ctx, p, ao)
 	if res != nil {
 		if len(res.Moved) > 0 {
-			sr.Details = append(sr.Details, fmt.Sprintf("moved %d Service(s) created in the old range since step 3", len(res.Moved)))
+			sr.Details = append(sr.Details, fmt.Sprintf("moved %d Service(s) still in the old range", len(res.Moved)))
 		}
 		if res.Kubernetes != "" {
 			sr.Details = append(sr.Details, "default/kubernetes: "+res.Kubernetes)
