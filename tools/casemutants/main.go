@@ -25,7 +25,9 @@
 //
 // With -lived it also runs the mutants the log says lived, against the
 // package's tests as they are now, to see which new tests kill them (a
-// token no longer where the log says is counted as MOVED).
+// token no longer where the log says is counted as MOVED). With -uncovered
+// it also runs the not covered mutants in blocks that the tests run now
+// (they ran none when gremlins did): the mutants that new tests reach.
 //
 // It is a module of its own (tools/), so the library's go.mod does not
 // carry its dependency. Usage, from the repository root:
@@ -50,6 +52,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,17 +102,28 @@ func parseLog(r io.Reader) ([]mutant, error) {
 	return out, nil
 }
 
-// inNoBlock reports whether line:col of a file lies outside every block of
-// its coverage profile.
-func inNoBlock(p *cover.Profile, line, col int) bool {
+// blocksAt returns the blocks of a file's coverage profile that line:col
+// lies in.
+func blocksAt(p *cover.Profile, line, col int) []cover.ProfileBlock {
+	var in []cover.ProfileBlock
 	for _, b := range p.Blocks {
 		after := line > b.StartLine || line == b.StartLine && col >= b.StartCol
 		before := line < b.EndLine || line == b.EndLine && col <= b.EndCol
 		if after && before {
-			return false
+			in = append(in, b)
 		}
 	}
-	return true
+	return in
+}
+
+// inNoBlock reports whether line:col of a file lies outside every block of
+// its coverage profile.
+func inNoBlock(p *cover.Profile, line, col int) bool { return len(blocksAt(p, line, col)) == 0 }
+
+// ranNow reports whether line:col of a file lies in a block of its
+// coverage profile that the tests ran.
+func ranNow(p *cover.Profile, line, col int) bool {
+	return slices.ContainsFunc(blocksAt(p, line, col), func(b cover.ProfileBlock) bool { return b.Count > 0 })
 }
 
 // inCaseExpr reports whether line:col of the Go source src lies in the
@@ -227,6 +241,7 @@ func main() {
 	module := flag.String("module", ".", "the root of the module the package is in")
 	coefficient := flag.Float64("timeout-coefficient", 10, "a mutant times out at the coverage run's time times this")
 	again := flag.Bool("lived", false, "also run the mutants the log says lived, against the tests as they are now")
+	uncovered := flag.Bool("uncovered", false, "also run the not covered mutants in blocks the tests run now")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: casemutants [-module DIR] -log GREMLINS.LOG ./PACKAGE\n")
 		flag.PrintDefaults()
@@ -236,13 +251,19 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(context.Background(), *module, *logPath, flag.Arg(0), *coefficient, *again, os.Stdout); err != nil {
+	if err := run(context.Background(), *module, *logPath, flag.Arg(0), *coefficient, options{lived: *again, uncovered: *uncovered}, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "casemutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, module, logPath, pkg string, coefficient float64, again bool, w io.Writer) error {
+// options say which mutants run besides the case conditions.
+type options struct {
+	lived     bool // the ones the log says lived
+	uncovered bool // the not covered ones in blocks the tests run now
+}
+
+func run(ctx context.Context, module, logPath, pkg string, coefficient float64, o options, w io.Writer) error {
 	if coefficient <= 0 {
 		return fmt.Errorf("-timeout-coefficient %v: must be above 0", coefficient)
 	}
@@ -287,10 +308,10 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 	}
 	r := runner{module: module, pkg: pkg, dir: dir, tmp: tmp, timeout: time.Duration(float64(took) * coefficient)}
 
-	counts, livedAgain := map[result]int{}, map[result]int{}
-	cases, blocks, elsewhere, wasLived := 0, 0, 0, 0
+	counts, livedAgain, reached := map[result]int{}, map[result]int{}, map[result]int{}
+	cases, blocks, elsewhere, wasLived, unrun := 0, 0, 0, 0, 0
 	for _, m := range muts {
-		if m.Status == "LIVED" && !again {
+		if m.Status == "LIVED" && !o.lived {
 			continue
 		}
 		src, err := os.ReadFile(filepath.Join(r.dir, m.File))
@@ -314,7 +335,14 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 			cases++
 		case !inNoBlock(prof, m.Line, m.Col):
 			blocks++
-			continue
+			if !o.uncovered {
+				continue
+			}
+			if !ranNow(prof, m.Line, m.Col) {
+				unrun++
+				continue
+			}
+			tally = reached
 		default:
 			elsewhere++
 			continue
@@ -330,7 +358,11 @@ func run(ctx context.Context, module, logPath, pkg string, coefficient float64, 
 	}
 	fmt.Fprintf(w, "casemutants: killed %d, lived %d, timed out %d, not viable %d, moved %d (%d in case expressions; %d not covered in blocks no test ran; %d elsewhere)\n",
 		counts[killed], counts[lived], counts[timedOut], counts[notViable], counts[moved], cases, blocks, elsewhere)
-	if again {
+	if o.uncovered {
+		fmt.Fprintf(w, "casemutants -uncovered: killed %d, lived %d, timed out %d, not viable %d, moved %d (of %d not covered in blocks; %d in blocks the tests still do not run)\n",
+			reached[killed], reached[lived], reached[timedOut], reached[notViable], reached[moved], blocks, unrun)
+	}
+	if o.lived {
 		fmt.Fprintf(w, "casemutants -lived: killed %d, lived %d, timed out %d, not viable %d, moved %d (of %d gremlins saw live)\n",
 			livedAgain[killed], livedAgain[lived], livedAgain[timedOut], livedAgain[notViable], livedAgain[moved], wasLived)
 	}

@@ -31,7 +31,7 @@ func TestParseLog(t *testing.T) {
 func TestInNoBlock(t *testing.T) {
 	p := &cover.Profile{Blocks: []cover.ProfileBlock{
 		{StartLine: 6, StartCol: 26, EndLine: 7, EndCol: 9},
-		{StartLine: 8, StartCol: 13, EndLine: 9, EndCol: 20},
+		{StartLine: 8, StartCol: 13, EndLine: 9, EndCol: 20, Count: 2},
 	}}
 	for _, c := range []struct {
 		line, col int
@@ -42,6 +42,10 @@ func TestInNoBlock(t *testing.T) {
 	} {
 		if got := inNoBlock(p, c.line, c.col); got != c.want {
 			t.Errorf("%d:%d: got %v, want %v", c.line, c.col, got, c.want)
+		}
+		// Only the second block ran.
+		if got, want := ranNow(p, c.line, c.col), !c.want && c.line >= 8; got != want {
+			t.Errorf("ranNow %d:%d: got %v, want %v", c.line, c.col, got, want)
 		}
 	}
 }
@@ -106,7 +110,8 @@ func TestApply(t *testing.T) {
 // conditions are run; the mutant in a function no test calls, the one in a
 // constant and the one in sw/inner (not in sw's coverage profile) are left
 // alone; the lived ones only with -lived (one of them no longer where the
-// log says), and the source tree is not written.
+// log says); the one in Half, which a test runs now, only with -uncovered;
+// and the source tree is not written.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test once per mutant")
@@ -122,21 +127,23 @@ func TestRun(t *testing.T) {
 		"      KILLED CONDITIONALS_NEGATION at sw.go:10:9",
 		"       LIVED CONDITIONALS_BOUNDARY at sw.go:10:9",
 	}
-	summary := "casemutants: killed 3, lived 1, timed out 0, not viable 0, moved 0 (4 in case expressions; 1 not covered in blocks no test ran; 2 elsewhere)"
+	summary := "casemutants: killed 3, lived 1, timed out 0, not viable 0, moved 0 (4 in case expressions; 2 not covered in blocks no test ran; 2 elsewhere)"
 	for _, c := range []struct {
-		lived bool
-		want  []string
+		o    options
+		want []string
 	}{
-		{false, append(cases, summary)},
-		{true, append(append(cases[:2:2], "      KILLED CONDITIONALS_NEGATION at sw.go:8:9", "       MOVED CONDITIONALS_NEGATION at sw.go:3:1"), append(cases[2:], summary,
+		{options{}, append(cases, summary)},
+		{options{lived: true}, append(append(cases[:2:2], "      KILLED CONDITIONALS_NEGATION at sw.go:8:9", "       MOVED CONDITIONALS_NEGATION at sw.go:3:1"), append(cases[2:], summary,
 			"casemutants -lived: killed 1, lived 0, timed out 0, not viable 0, moved 1 (of 2 gremlins saw live)")...)},
+		{options{uncovered: true}, append(append(cases[:4:4], "      KILLED ARITHMETIC_BASE at sw.go:28:11", summary),
+			"casemutants -uncovered: killed 1, lived 0, timed out 0, not viable 0, moved 0 (of 2 not covered in blocks; 1 in blocks the tests still do not run)")},
 	} {
 		var out bytes.Buffer
-		if err := run(context.Background(), module, filepath.Join(module, "gremlins.log"), "./sw", 50, c.lived, &out); err != nil {
+		if err := run(context.Background(), module, filepath.Join(module, "gremlins.log"), "./sw", 50, c.o, &out); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(c.want, "\n") {
-			t.Errorf("-lived=%v: got\n%s\nwant\n%s", c.lived, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+			t.Errorf("%+v: got\n%s\nwant\n%s", c.o, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
 		}
 	}
 	after, err := os.ReadFile(filepath.Join(module, "sw", "sw.go"))

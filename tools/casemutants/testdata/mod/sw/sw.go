@@ -21,3 +21,9 @@ func Double(n int) int {
 // Big is a constant: the cover tool gives it no block, yet it is no case
 // condition.
 const Big = 1000 * 1000
+
+// Half's test came after gremlins ran: the log says its mutant is not
+// covered, and -uncovered runs it.
+func Half(n int) int {
+	return n / 2
+}

@@ -8,3 +8,9 @@ func TestClass(t *testing.T) {
 		t.Fatal("Class is wrong")
 	}
 }
+
+func TestHalf(t *testing.T) {
+	if Half(4) != 2 {
+		t.Fatal("Half is wrong")
+	}
+}
