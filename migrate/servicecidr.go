@@ -738,12 +738,8 @@ func (m *ServiceCIDRMigration) retire(ctx context.Context, _ *Env, sr *StepRepor
 	}
 	var left []string
 	for _, sc := range list {
-		for _, p := range sc.CIDRs {
-			for _, f := range m.from {
-				if f.Overlaps(p) {
-					left = append(left, fmt.Sprintf("%s %s (%s)", sc.Name, prefixes(sc.CIDRs), sc.State()))
-				}
-			}
+		if slices.ContainsFunc(sc.CIDRs, func(p netip.Prefix) bool { return slices.ContainsFunc(m.from, p.Overlaps) }) {
+			left = append(left, fmt.Sprintf("%s %s (%s)", sc.Name, prefixes(sc.CIDRs), sc.State()))
 		}
 	}
 	if len(left) > 0 {

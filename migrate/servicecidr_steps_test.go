@@ -516,3 +516,28 @@ func TestServiceCIDRAddStepFindsTheNewServiceCIDRDone(t *testing.T) {
 	assert.Equal(t, []string{"found done: ServiceCIDR next holds 172.24.0.0/15, Ready"}, rep.Steps[1].Details)
 	assert.NotContains(t, cl.Writes(), "create servicecidrs cidrshift-172-24-0-0-15")
 }
+
+// A dual-stack ServiceCIDR left in the old range is named once, although
+// both of its ranges are in it.
+func TestServiceCIDRNamesADualStackOldRangeOnce(t *testing.T) {
+	lb := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "100.64.1.1", ClusterIPs: []string{"100.64.1.1", "fd00:64::1:1"},
+			IPFamilyPolicy: ptrTo(corev1.IPFamilyPolicyRequireDualStack), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	kube := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
+		Spec: corev1.ServiceSpec{ClusterIP: "100.64.0.1", Ports: []corev1.ServicePort{{Port: 443, Protocol: corev1.ProtocolTCP}}}}
+	cl := servicecidrtest.MustNew(servicecidrtest.Options{
+		ServiceCIDRs:   []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13", "fd00:64::/108"}}},
+		APIServerRange: "100.64.0.0/13,fd00:64::/108",
+		Services:       []*corev1.Service{kube, lb},
+	})
+	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
+	require.NoError(t, err)
+	to := []netip.Prefix{netip.MustParsePrefix("172.24.0.0/15"), netip.MustParsePrefix("fd00:172::/108")}
+	require.NoError(t, cl.SetAPIServerRange("172.24.0.0/15,fd00:172::/108"))
+	_, err = (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(),
+		scMigration(t, c, func(o *ServiceCIDROptions) { o.To, o.Continue, o.DrainTimeout = to, true, 100*time.Millisecond }))
+	require.EqualError(t, err, "the old range is still held: kubernetes 100.64.0.0/13,fd00:64::/108 (Terminating); rerun to wait longer, or with --include-loadbalancers if LoadBalancer Services hold it")
+}
+
+func ptrTo[T any](v T) *T { return &v }
