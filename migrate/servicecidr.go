@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -271,49 +270,14 @@ func (m *ServiceCIDRMigration) preflight(ctx context.Context, env *Env, sr *Step
 		}
 		po.JournalDir = ao.JournalDir
 	}
-	if _, err := m.o.Client.Plan(ctx, po); err != nil {
-		return err
-	}
-	existing, err := m.o.Client.List(ctx)
+	// Plan validates the new range against the cluster: the range in use,
+	// the other ServiceCIDRs, every node's podCIDRs and addresses.
+	p, err := m.o.Client.Plan(ctx, po)
 	if err != nil {
 		return err
 	}
-	vo := servicecidr.ValidateOptions{Field: "--to", KubernetesMinor: m.o.Client.Server().Minor, ForFlag: true, Avoid: m.from}
-	for _, sc := range existing {
-		// The new range's own ServiceCIDR (added by an earlier run) is no conflict.
-		if !slices.Equal(sc.CIDRs, m.to) {
-			vo.Existing = append(vo.Existing, sc)
-		}
-	}
-	nodes, err := m.kube().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		sr.Details = append(sr.Details, "nodes not read, their networks are not checked: "+oneLine(err.Error()))
-	} else {
-		for _, n := range nodes.Items {
-			for _, s := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
-				if p, _, err := cidr.ParseLenient(s); err == nil && s != "" {
-					vo.NodePodCIDRs = append(vo.NodePodCIDRs, cidr.Range{Name: "node " + n.Name + " podCIDR", Kind: cidr.KindNodePodCIDR, Prefix: p})
-				}
-			}
-			for _, a := range n.Status.Addresses {
-				if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-					continue
-				}
-				if ip, err := netip.ParseAddr(a.Address); err == nil {
-					vo.NodeNetworks = append(vo.NodeNetworks, netip.PrefixFrom(ip, ip.BitLen()))
-				}
-			}
-		}
-	}
-	val, err := servicecidr.Validate(m.to, vo)
-	if err != nil {
-		return err
-	}
-	for _, cp := range val.Capacity {
+	for _, cp := range p.Capacity {
 		sr.Details = append(sr.Details, fmt.Sprintf("%s: %s usable ClusterIPs, kubernetes Service %s, DNS %s", cp.CIDR, cp.UsableIPs, cp.KubernetesIP, cp.DNSIP))
-	}
-	for _, w := range val.Warnings {
-		sr.Details = append(sr.Details, "warning: "+w)
 	}
 	sr.Details = append(sr.Details, fmt.Sprintf("ServiceCIDR API %s on Kubernetes %s; moving %s -> %s", m.o.Client.APIVersion().GroupVersion(), m.o.Client.Server().GitVersion, prefixes(m.from), prefixes(m.to)))
 	if err := m.checkManifests(); err != nil {

@@ -364,14 +364,17 @@ func TestServiceCIDRPreflightRefusesNodeNetworks(t *testing.T) {
 		assert.Empty(t, cl.Writes(), tc.want)
 	}
 
-	// Nodes that cannot be read are said to be unchecked.
+	// Nodes and pods that may not be read are said to be unchecked.
 	cl, c := scStory(t, nil)
-	cl.Kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("no"))
-	})
+	for _, res := range []string{"nodes", "pods"} {
+		cl.Kube.PrependReactor("list", res, func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: res}, "", errors.New("no"))
+		})
+	}
 	p, err := (&Runner{}).Plan(t.Context(), scMigration(t, c))
 	require.NoError(t, err)
-	assert.Equal(t, `nodes not read, their networks are not checked: nodes is forbidden: no`, p.Steps[0].Changes[0])
+	assert.Contains(t, p.Steps[2].Changes, "warning: nodes not read, their networks are not checked for conflicts: nodes is forbidden: no")
+	assert.Contains(t, p.Steps[2].Changes, "warning: pods not read, the pods to restart for the new DNS address are not listed: pods is forbidden: no")
 }
 
 // A missing permission is a warning in a plan and a refusal before the

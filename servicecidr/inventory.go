@@ -30,6 +30,9 @@ type Snapshot struct {
 	Nodes []NodeInfo `json:"nodes,omitempty"`
 	// Pods is filled when asked for and readable.
 	Pods []PodInfo `json:"pods,omitempty"`
+	// Unread says, one line each, what was asked for but may not be read
+	// (nodes or pods forbidden) and what goes unchecked for it.
+	Unread []string `json:"unread,omitempty"`
 	// KubernetesDeleted is the journal's record that an interrupted Apply
 	// deleted default/kubernetes and did not see kube-apiserver recreate it.
 	// Client.Plan fills it from PlanOptions.JournalDir; BuildPlan plans that
@@ -105,6 +108,7 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 		switch {
 		case apierrors.IsForbidden(err):
 			log.Info("cannot list nodes; node ranges are not checked for conflicts", "err", err)
+			s.Unread = append(s.Unread, "nodes not read, their networks are not checked for conflicts: "+err.Error())
 		case err != nil:
 			return nil, fmt.Errorf("listing Nodes: %w", err)
 		default:
@@ -136,6 +140,7 @@ func (c *Client) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot,
 		switch {
 		case apierrors.IsForbidden(err):
 			log.Info("cannot list pods; pods to restart are not listed", "err", err)
+			s.Unread = append(s.Unread, "pods not read, the pods to restart for the new DNS address are not listed: "+err.Error())
 		case err != nil:
 			return nil, fmt.Errorf("listing Pods: %w", err)
 		default:

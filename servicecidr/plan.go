@@ -284,7 +284,7 @@ func BuildPlan(s *Snapshot, opts PlanOptions) (*Plan, error) {
 
 	p := &Plan{
 		APIVersion: PlanAPIVersion, Kind: PlanKind, Server: s.Server, ServiceCIDRAPI: s.APIVersion,
-		From: from, To: opts.To, Allocate: mode, Capacity: val.Capacity, Warnings: val.Warnings,
+		From: from, To: opts.To, Allocate: mode, Capacity: val.Capacity, Warnings: append(val.Warnings, s.Unread...),
 	}
 
 	// Target ServiceCIDR: an existing one with exactly To, or a new one.

@@ -11,7 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
@@ -381,4 +385,26 @@ func TestPlanRefusesFromNotInUse(t *testing.T) {
 	_, err = servicecidr.BuildPlan(s, po)
 	require.ErrorIs(t, err, servicecidr.ErrInvalid, "Services are still in 100.64.0.0/13: a From holding none of them is refused")
 	assert.ErrorContains(t, err, "is still outside the new range")
+}
+
+// Nodes or pods that may not be read leave their checks undone: the plan
+// says so among its warnings, and a list failing otherwise is an error.
+func TestPlanSaysWhatItMayNotRead(t *testing.T) {
+	cl, c := newStory3(t, "v1")
+	for _, res := range []string{"nodes", "pods"} {
+		cl.Kube.PrependReactor("list", res, func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: res}, "", errors.New("no"))
+		})
+	}
+	p, err := c.Plan(context.Background(), story3PlanOptions())
+	require.NoError(t, err)
+	assert.Contains(t, p.Warnings, "nodes not read, their networks are not checked for conflicts: nodes is forbidden: no")
+	assert.Contains(t, p.Warnings, "pods not read, the pods to restart for the new DNS address are not listed: pods is forbidden: no")
+	assert.Empty(t, p.PodsToRestart)
+
+	cl.Kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcd down")
+	})
+	_, err = c.Plan(context.Background(), story3PlanOptions())
+	require.EqualError(t, err, "listing Nodes: etcd down")
 }
