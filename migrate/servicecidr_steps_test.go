@@ -544,3 +544,22 @@ func TestServiceCIDRNamesADualStackOldRangeOnce(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The last step verifies the DNS Service at the address step 3 gave it
+// (the one every kubelet's clusterDNS now names), not merely in the new
+// range.
+func TestServiceCIDRVerifiesTheDNSServiceAtItsPlannedAddress(t *testing.T) {
+	cl, c := scStory(t, nil)
+	r := &Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
+	rep, err := r.Run(t.Context(), scMigration(t, c))
+	require.NoError(t, err)
+	require.True(t, rep.Paused())
+	// Someone recreates kube-dns elsewhere in the new range.
+	require.NoError(t, cl.Kube.CoreV1().Services("kube-system").Delete(t.Context(), "kube-dns", metav1.DeleteOptions{}))
+	_, err = cl.AddService(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns"},
+		Spec: corev1.ServiceSpec{ClusterIP: "172.24.0.99", Ports: []corev1.ServicePort{{Port: 53, Protocol: corev1.ProtocolUDP}}}})
+	require.NoError(t, err)
+	require.NoError(t, cl.SetAPIServerRange("172.24.0.0/15"))
+	_, err = r.Run(t.Context(), scMigration(t, c, func(o *ServiceCIDROptions) { o.Continue, o.IncludeLoadBalancers = true, true }))
+	require.EqualError(t, err, "verification failed: services/kube-system/kube-dns: the DNS Service has 172.24.0.99, expected 172.24.0.10 (kubelet clusterDNS must match it)")
+}
