@@ -139,6 +139,8 @@ func TestServiceCIDRPlanDescribesEveryStep(t *testing.T) {
 			// neither is left to a person here.
 			comps, rest := byHand(p.Steps[3].Changes)
 			assert.Equal(t, []string{"kubeadm-config", "kube-apiserver certificate", "pods using in-cluster config", "kubelet", "pods", "other DNS consumers"}, comps)
+			// A manual step without an old and new value has no "( -> )".
+			assert.Contains(t, p.Steps[3].Changes, "by hand: pods using in-cluster config: restart pods created before default/kubernetes moved: their KUBERNETES_SERVICE_HOST environment variable holds the old address")
 			want := []string{"no kubeadm-config or kubelet-config ConfigMap: nothing to update in the API"}
 			if tc.restart != "" {
 				want = append([]string{tc.restart}, want...)
@@ -157,9 +159,23 @@ func TestServiceCIDRPlanDescribesEveryStep(t *testing.T) {
 			}, p.Steps[5].Changes)
 		})
 	}
+	// On Kubernetes 1.33 the operator step also carries kube-apiserver's
+	// feature gate, which step 4 leaves out.
+	cl := servicecidrtest.MustNew(servicecidrtest.Options{GitVersion: "v1.33.13",
+		ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}}})
+	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
+	require.NoError(t, err)
+	p, err := (&Runner{}).Plan(t.Context(), scMigration(t, c))
+	require.NoError(t, err)
+	gate := "kube-apiserver: Kubernetes 1.33: in the same restart, add --feature-gates=DisableAllocatorDualWrite=true (merged with any gates already set): " +
+		"with the dual-write on, kube-apiserver keeps the legacy allocator's old range in etcd and refuses every address of the new one, default/kubernetes's included ( -> DisableAllocatorDualWrite=true)"
+	assert.Equal(t, gate, p.Steps[4].Changes[1])
+	assert.Len(t, p.Steps[4].Changes, 4)
+	assert.NotContains(t, strings.Join(p.Steps[3].Changes, "\n"), "DisableAllocatorDualWrite")
+
 	// With the LoadBalancers included, step 6 has no hint about them.
-	_, c := scStory(t, nil)
-	p, err := (&Runner{}).Plan(t.Context(), scMigration(t, c, func(o *ServiceCIDROptions) { o.IncludeLoadBalancers = true }))
+	_, c = scStory(t, nil)
+	p, err = (&Runner{}).Plan(t.Context(), scMigration(t, c, func(o *ServiceCIDROptions) { o.IncludeLoadBalancers = true }))
 	require.NoError(t, err)
 	assert.Len(t, p.Steps[5].Changes, 3)
 	assert.Contains(t, p.Steps[2].Changes, "shop/lb 100.64.1.1 -> 172.24.1.1")
