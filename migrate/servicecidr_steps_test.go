@@ -534,6 +534,19 @@ func TestServiceCIDRAddStepFindsTheNewServiceCIDRDone(t *testing.T) {
 	assert.Equal(t, StatusDone, rep.Steps[1].Status)
 	assert.Equal(t, []string{"found done: ServiceCIDR next holds 172.24.0.0/15, Ready"}, rep.Steps[1].Details)
 	assert.NotContains(t, cl.Writes(), "create servicecidrs cidrshift-172-24-0-0-15")
+
+	// One not Ready yet is waited for, not created again.
+	cl = servicecidrtest.MustNew(servicecidrtest.Options{ControllerDelay: 300,
+		ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}}})
+	c, err = servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
+	require.NoError(t, err)
+	_, err = c.Create(t.Context(), "next", scTo, servicecidr.WriteOptions{})
+	require.NoError(t, err)
+	rep, err = (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), scMigration(t, c))
+	require.NoError(t, err)
+	assert.Equal(t, StatusCompleted, rep.Steps[1].Status)
+	assert.Equal(t, []string{"ServiceCIDR next holds 172.24.0.0/15, Ready"}, rep.Steps[1].Details)
+	assert.NotContains(t, cl.Writes(), "create servicecidrs cidrshift-172-24-0-0-15")
 }
 
 // A dual-stack ServiceCIDR left in the old range is named once, although
