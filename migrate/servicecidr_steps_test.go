@@ -34,7 +34,7 @@ func scStory(t *testing.T, deny []servicecidrtest.DenyRule, objs ...runtime.Obje
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.ServiceSpec{ClusterIP: ip, Type: typ, Ports: []corev1.ServicePort{{Port: 53, Protocol: corev1.ProtocolUDP}}}}
 	}
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{
+	return scConnect(t, servicecidrtest.Options{
 		ServiceCIDRs:   []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}},
 		APIServerRange: "100.64.0.0/13",
 		Services: []*corev1.Service{
@@ -46,6 +46,12 @@ func scStory(t *testing.T, deny []servicecidrtest.DenyRule, objs ...runtime.Obje
 		Objects: objs,
 		Deny:    deny,
 	})
+}
+
+// scConnect builds the fake cluster o describes and a client of it.
+func scConnect(t *testing.T, o servicecidrtest.Options) (*servicecidrtest.Cluster, *servicecidr.Client) {
+	t.Helper()
+	cl := servicecidrtest.MustNew(o)
 	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
 	require.NoError(t, err)
 	return cl, c
@@ -161,10 +167,8 @@ func TestServiceCIDRPlanDescribesEveryStep(t *testing.T) {
 	}
 	// On Kubernetes 1.33 the operator step also carries kube-apiserver's
 	// feature gate, which step 4 leaves out.
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{GitVersion: "v1.33.13",
+	_, c := scConnect(t, servicecidrtest.Options{GitVersion: "v1.33.13",
 		ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}}})
-	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
 	p, err := (&Runner{}).Plan(t.Context(), scMigration(t, c))
 	require.NoError(t, err)
 	gate := "kube-apiserver: Kubernetes 1.33: in the same restart, add --feature-gates=DisableAllocatorDualWrite=true (merged with any gates already set): " +
@@ -296,9 +300,7 @@ func TestServiceCIDRObservesTheMirrorPods(t *testing.T) {
 // observeFlags takes the default ServiceCIDR already holding the new range
 // (kube-apiserver recreated it from its new flag) as proof.
 func TestServiceCIDRObservesTheDefaultServiceCIDRInTheNewRange(t *testing.T) {
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"172.24.0.0/15"}}}})
-	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
+	cl, c := scConnect(t, servicecidrtest.Options{ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"172.24.0.0/15"}}}})
 	m := scMigration(t, c)
 	m.to = scTo
 	ok, why, err := m.observeFlags(t.Context())
@@ -471,9 +473,7 @@ func TestServiceCIDRPrepareResolvesFrom(t *testing.T) {
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("100.64.0.0/13")}, m.From())
 	assert.Equal(t, scTo, m.To())
 
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{})
-	c, err = servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
+	_, c = scConnect(t, servicecidrtest.Options{})
 	_, err = (&Runner{}).Plan(t.Context(), scMigration(t, c))
 	require.ErrorIs(t, err, ErrInvalidInput)
 	assert.Contains(t, err.Error(), `--from not given and there is no default ServiceCIDR "kubernetes" to take it from`)
@@ -536,10 +536,8 @@ func TestServiceCIDRAddStepFindsTheNewServiceCIDRDone(t *testing.T) {
 	assert.NotContains(t, cl.Writes(), "create servicecidrs cidrshift-172-24-0-0-15")
 
 	// One not Ready yet is waited for, not created again.
-	cl = servicecidrtest.MustNew(servicecidrtest.Options{ControllerDelay: 300,
+	cl, c = scConnect(t, servicecidrtest.Options{ControllerDelay: 300,
 		ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}}})
-	c, err = servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
 	_, err = c.Create(t.Context(), "next", scTo, servicecidr.WriteOptions{})
 	require.NoError(t, err)
 	rep, err = (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), scMigration(t, c))
@@ -558,16 +556,14 @@ func TestServiceCIDRNamesADualStackOldRangeOnce(t *testing.T) {
 			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	kube := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
 		Spec: corev1.ServiceSpec{ClusterIP: "100.64.0.1", Ports: []corev1.ServicePort{{Port: 443, Protocol: corev1.ProtocolTCP}}}}
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{
+	cl, c := scConnect(t, servicecidrtest.Options{
 		ServiceCIDRs:   []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13", "fd00:64::/108"}}},
 		APIServerRange: "100.64.0.0/13,fd00:64::/108",
 		Services:       []*corev1.Service{kube, lb},
 	})
-	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
 	to := []netip.Prefix{netip.MustParsePrefix("172.24.0.0/15"), netip.MustParsePrefix("fd00:172::/108")}
 	require.NoError(t, cl.SetAPIServerRange("172.24.0.0/15,fd00:172::/108"))
-	_, err = (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(),
+	_, err := (&Runner{Mode: ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(),
 		scMigration(t, c, func(o *ServiceCIDROptions) { o.To, o.Continue, o.DrainTimeout = to, true, 100*time.Millisecond }))
 	require.EqualError(t, err, "the old range is still held: kubernetes 100.64.0.0/13,fd00:64::/108 (Terminating); rerun to wait longer, or with --include-loadbalancers if LoadBalancer Services hold it")
 }

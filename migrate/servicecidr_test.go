@@ -21,14 +21,11 @@ func scCluster(t *testing.T) (*servicecidrtest.Cluster, *servicecidr.Client) {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.ServiceSpec{ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
 	}
-	cl := servicecidrtest.MustNew(servicecidrtest.Options{
+	return scConnect(t, servicecidrtest.Options{
 		ServiceCIDRs:   []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"100.64.0.0/13"}}},
 		APIServerRange: "100.64.0.0/13",
 		Services:       []*corev1.Service{svc("default", "kubernetes", "100.64.0.1"), svc("shop", "web", "100.64.3.7")},
 	})
-	c, err := servicecidr.New(t.Context(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
-	require.NoError(t, err)
-	return cl, c
 }
 
 // A reviewed plan is refused once a Service was added to the old range
