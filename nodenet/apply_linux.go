@@ -376,7 +376,12 @@ func (h *host) insertRule(a *Action) (st Status, detail string, err error) {
 			if ierr == nil && ok {
 				// Inserted, but the chain had changed: not just before the anchor.
 				if err := h.ipt.Delete(r.Table, r.Chain, r.Spec...); err != nil {
-					return wrapIPT(err, "delete a misplaced", r.Table, r.Chain)
+					// flanneld may have rewritten the chain meanwhile and
+					// taken the rule with it: then the next attempt inserts
+					// it again.
+					if gone, gerr := h.ruleGone(r); gerr != nil || !gone {
+						return wrapIPT(err, "delete a misplaced", r.Table, r.Chain)
+					}
 				}
 			}
 			if attempt == ruleWriteAttempts {
