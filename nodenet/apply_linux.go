@@ -375,6 +375,9 @@ func (h *host) insertRule(a *Action) (st Status, detail string, err error) {
 			}
 			if ierr == nil && ok {
 				// Inserted, but the chain had changed: not just before the anchor.
+				if h.beforeRuleWrite != nil {
+					h.beforeRuleWrite()
+				}
 				if err := h.ipt.Delete(r.Table, r.Chain, r.Spec...); err != nil {
 					// flanneld may have rewritten the chain meanwhile and
 					// taken the rule with it: then the next attempt inserts

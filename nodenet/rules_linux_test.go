@@ -112,3 +112,43 @@ func TestDataplaneDeleteRuleGoneMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile: the insert landed after
+// the anchor because the chain changed, and before its misplaced copy could
+// be deleted, flanneld rewrote the chain again and took the copy with it.
+// The failed delete is no error: the next attempt inserts the rule again,
+// just before the anchor.
+func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
+	const table, chain = "nat", "FLANNEL-POSTRTG"
+	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	n := newTestNode(t)
+	n.rules(
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.1.0.0/16 -j RETURN",
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.2.0.0/16 -j RETURN",
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
+	)
+	h, err := openHost(n.want("n1", "10.244.3.0/24", ""))
+	require.NoError(t, err)
+	defer h.close()
+	writes := 0
+	h.beforeRuleWrite = func() {
+		switch writes++; writes {
+		case 1: // before the insert: the stale position now lands after the anchor
+			n.ipt(func(ipt *iptables.IPTables) error {
+				return ipt.Delete(table, chain, "-s", "10.244.0.0/16", "-d", "10.1.0.0/16", "-j", "RETURN")
+			})
+		case 2: // before the delete of the misplaced copy: the rewrite drops it
+			n.ipt(func(ipt *iptables.IPTables) error { return ipt.Delete(table, chain, rule...) })
+		}
+	}
+	st, _, err := h.insertRule(&Action{Kind: ActionInsertRule, Rule: &Rule{Table: table, Chain: chain, Spec: rule}, Anchor: anchor})
+	require.NoError(t, err)
+	assert.Equal(t, StatusDone, st)
+	assert.Equal(t, 3, writes, "insert, the delete of the misplaced copy, insert again")
+	assert.Equal(t, []string{
+		"-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.2.0.0/16 -j RETURN",
+		"-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN",
+		"-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
+	}, n.chain(table, chain))
+}
