@@ -180,7 +180,8 @@ type FlannelPodCIDRIntent struct {
 //
 // With MakeBeforeBreak the node moves of steps 1 and 4 keep each node's
 // pods reachable instead of deleting them: the host agents hold the old
-// subnet through a transition on every node, the old pods are evicted one
+// subnet through a transition on every node (set up before the node's
+// flannel pod restarts, and again after), the old pods are evicted one
 // at a time under their PodDisruptionBudgets, and the transition is torn
 // down once no pod holds an old address; a pod that cannot be evicted
 // pauses the run.

@@ -110,13 +110,25 @@ func (m *FlannelPodCIDRMigration) agentPermissions() []nodecidr.Permission {
 		{Verb: "watch", Group: "coordination.k8s.io", Resource: "leases", Namespace: m.agents.Namespace}}
 }
 
-// mbbHooks are the per-node hooks of MakeBeforeBreak, after the flannel
-// pod's restart.
+// mbbHooks are the per-node hooks of MakeBeforeBreak: the transition is
+// set up before the flannel pod's restart ("prepare") and again after it,
+// then the old pods are replaced and the transition torn down.
+//
+// Why before: flanneld, when it starts with a new lease, first deletes the
+// VTEP's old address and only then adds the new one
+// (ip.EnsureV4AddressOnLink). The kernel deletes every route through a
+// device that loses its last IPv4 address, so the node would have no route
+// to any other node's pods until flanneld's backend adds them again, after
+// its iptables set-up: seconds in which the node's old pods answer nobody.
+// The moved node's agent gives the VTEP its new address first and then
+// takes the old one (nodenet's set-address adds before it deletes), so
+// flanneld finds the new address there and deletes nothing.
 func (m *FlannelPodCIDRMigration) mbbHooks(restartFlannelPod nodecidr.Hook) []nodecidr.Hook {
 	agentPerms := m.agentPermissions()
 	return []nodecidr.Hook{
+		{Name: "prepare", Permissions: agentPerms, Run: m.mbbPublish("before the flannel pod of node %s restarts")},
 		restartFlannelPod,
-		{Name: "transition", Permissions: agentPerms, Run: m.mbbPublish},
+		{Name: "transition", Permissions: agentPerms, Run: m.mbbPublish("after node %s moved")},
 		{
 			Name: "replace-pods",
 			Permissions: []nodecidr.Permission{
@@ -214,13 +226,16 @@ func (m *FlannelPodCIDRMigration) noStandby(node, why string) {
 	m.note(fmt.Sprintf("node %s: no standby before its delete: %s", node, why))
 }
 
-// mbbPublish publishes every node's want (HostWants) to its agent, all at
-// once, and waits for their reports.
-func (m *FlannelPodCIDRMigration) mbbPublish(ctx context.Context, node *corev1.Node) error {
-	if m.agents == nil || m.mode != ModeApply {
-		return nil
+// mbbPublish returns a hook that publishes every node's want (HostWants)
+// to its agent, all at once, and waits for their reports; when says when,
+// with the node's name for its %s.
+func (m *FlannelPodCIDRMigration) mbbPublish(when string) func(context.Context, *corev1.Node) error {
+	return func(ctx context.Context, node *corev1.Node) error {
+		if m.agents == nil || m.mode != ModeApply {
+			return nil
+		}
+		return m.publishWants(ctx, fmt.Sprintf(when, node.Name), m.HostWants)
 	}
-	return m.publishWants(ctx, "after node "+node.Name+" moved", m.HostWants)
 }
 
 // publishWants computes wants and publishes each to its agent, all at
@@ -307,7 +322,7 @@ func (m *FlannelPodCIDRMigration) mbbTeardown(ctx context.Context, node *corev1.
 	if m.agents == nil || m.mode != ModeApply {
 		return nil
 	}
-	if err := m.mbbPublish(ctx, node); err != nil {
+	if err := m.mbbPublish("after the old pods of node %s were replaced")(ctx, node); err != nil {
 		return err
 	}
 	old, err := m.oldPodsOn(ctx, node.Name)

@@ -500,3 +500,51 @@ func TestFlannelDeletesNoPodAfterTheLockIsLost(t *testing.T) {
 	assert.ErrorContains(t, err, "not deleting pod default/"+other+" on node w2: the run no longer holds its lock: test lock lost: lease kube-system/cidrshift-flannel")
 	assert.True(t, slices.ContainsFunc(srv.Pods(), func(p corev1.Pod) bool { return p.Name == other }), "%s is left alone", other)
 }
+
+// Make-before-break gives each moved node's agent the node's want, with its
+// new podCIDR, before the node's flannel pod restarts ("prepare"): the
+// agent puts the new VTEP address beside the old one, so the restarted
+// flanneld deletes no address and the kernel keeps the node's routes. (A
+// device that loses its last IPv4 address loses every route through it:
+// the node's old pods would answer nobody until flanneld's backend adds the
+// routes again, seconds later; e2e/dataplane's make-before-break test saw
+// failed requests from it.)
+func TestFlannelMakeBeforeBreakPreparesBeforeTheFlannelPodRestarts(t *testing.T) {
+	cs, srv := mbbCluster()
+	for _, node := range []string{"w1", "w2", "w3"} {
+		srv.AddPod(&corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-flannel-ds-" + node, Namespace: flannel.DefaultNetConfNamespace,
+				UID: types.UID("uid-flannel-" + node), Labels: map[string]string{"app": "flannel"}},
+			Spec:   corev1.PodSpec{NodeName: node, HostNetwork: true},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	installEvictions(cs, srv, func(string, int) bool { return false }, nil)
+	got, stop := agentsOn(cs, "w1", "w2", "w3")
+	defer stop()
+	var mu sync.Mutex
+	atRestart := map[string]string{} // node -> the podCIDR of the last want its agent had taken
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() != flannel.DefaultNetConfNamespace {
+			return false, nil, nil
+		}
+		name := a.(k8stesting.DeleteAction).GetName()
+		for _, p := range srv.Pods() {
+			if p.Namespace == a.GetNamespace() && p.Name == name {
+				last := "no want"
+				if reqs := got()[p.Spec.NodeName]; len(reqs) > 0 {
+					last = reqs[len(reqs)-1].Want.PodCIDR.String()
+				}
+				mu.Lock()
+				atRestart[p.Spec.NodeName] = last
+				mu.Unlock()
+			}
+		}
+		return false, nil, nil
+	})
+	runMBB(t, cs)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]string{"w1": "10.240.1.0/24", "w2": "10.240.2.0/24", "w3": "10.240.3.0/24"}, atRestart, "each node's agent had its new podCIDR when its flannel pod was deleted")
+}
