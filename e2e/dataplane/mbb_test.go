@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -51,9 +52,16 @@ type mbbKubelet struct {
 	// (what the runbook's restart of the node's flannel pod does); without
 	// it only a roll of DaemonSet kube-flannel-ds restarts flanneld.
 	followPodCIDR bool
-	rolledAt      string // the DaemonSet's restart annotations, as last rolled
-	dsSeen        bool
-	rolls         int
+	// flannelPods: each node has a flannel pod object in namespace
+	// kube-flannel (label app=flannel, see addFlannelPod); deleting it
+	// restarts that node's flanneld and a new object takes its place (the
+	// kubelet's and the DaemonSet's parts), as a real flannel pod's restart
+	// does. Only that restarts flanneld: nothing restarts it when a podCIDR
+	// changes, so the runbook's hooks before the restart run first.
+	flannelPods bool
+	rolledAt    string // the DaemonSet's restart annotations, as last rolled
+	dsSeen      bool
+	rolls       int
 
 	// cni serialises the CNI calls on one node (its kubelet's), not
 	// across nodes; restarting marks a node whose flanneld a goroutine
@@ -220,28 +228,18 @@ func (k *mbbKubelet) run(ctx context.Context) {
 			}
 		}
 		// flannel's DaemonSet: a node whose podCIDR changed gets a new flanneld.
-		for name, n := range k.nodes {
+		for name := range k.nodes {
 			obj, err := k.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			k.mu.Lock()
-			skip := !k.followPodCIDR || err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name] || k.restarting[name] || k.rolling
-			if !skip {
-				k.restarting[name] = true
-			}
-			k.mu.Unlock()
-			if skip {
-				continue
-			}
-			wg.Go(func() {
-				if err := n.RestartFlanneld(30 * time.Second); err != nil {
-					k.fail("flanneld on %s: %v", name, err)
-				}
+			k.restartFlanneld(&wg, name, func() bool {
+				return !k.followPodCIDR || err != nil || obj.Spec.PodCIDR == "" || obj.Spec.PodCIDR == k.flannel[name]
+			}, func() {
 				k.mu.Lock()
 				k.flannel[name] = obj.Spec.PodCIDR
-				delete(k.restarting, name)
 				k.mu.Unlock()
 			})
 		}
 		k.rollFlannel(ctx, &wg)
+		k.restartFlannelPods(ctx, &wg)
 		pods, err := k.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err == nil {
 			for _, obj := range pods.Items {
@@ -276,6 +274,78 @@ func (k *mbbKubelet) run(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// addFlannelPod creates the flannel pod object of node (flannelPods),
+// running and ready, as its kubelet would report it.
+func (k *mbbKubelet) addFlannelPod(ctx context.Context, node string) error {
+	created, err := k.cs.CoreV1().Pods(flannel.DefaultNetConfNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "kube-flannel-ds-" + node + "-", Labels: map[string]string{"app": "flannel"}},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true,
+			Containers: []corev1.Container{{Name: "kube-flannel", Image: "cidrshift.local/flanneld"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	n := k.nodes[node]
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: n.IP.String(), PodIPs: []corev1.PodIP{{IP: n.IP.String()}},
+		HostIP: n.IP.String(), Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	_, err = k.cs.CoreV1().Pods(created.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// restartFlannelPods plays, for flannelPods, the restart of each deleted
+// flannel pod, in a goroutine of wg per node: flanneld is restarted, the
+// object removed and a new one created.
+func (k *mbbKubelet) restartFlannelPods(ctx context.Context, wg *sync.WaitGroup) {
+	if !k.flannelPods {
+		return
+	}
+	pods, err := k.cs.CoreV1().Pods(flannel.DefaultNetConfNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=flannel"})
+	if err != nil {
+		return
+	}
+	for _, obj := range pods.Items {
+		name := obj.Spec.NodeName
+		k.restartFlanneld(wg, name, func() bool { return obj.DeletionTimestamp == nil }, func() {
+			// The API calls end with the kubelets (ctx): the runbook's last
+			// step may restart the flannel pods as the test ends.
+			zero := int64(0)
+			err := k.cs.CoreV1().Pods(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+				Preconditions: &metav1.Preconditions{UID: &obj.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				k.fail("delete flannel pod %s: %v", obj.Name, err)
+			}
+			if err := k.addFlannelPod(ctx, name); err != nil && ctx.Err() == nil {
+				k.fail("flannel pod on %s: %v", name, err)
+			}
+		})
+	}
+}
+
+// restartFlanneld restarts the flanneld of node name in a goroutine of wg,
+// then runs after, unless skip (called with k.mu held) says not to, the
+// node is unknown, or its flanneld is being restarted or rolled already.
+func (k *mbbKubelet) restartFlanneld(wg *sync.WaitGroup, name string, skip func() bool, after func()) {
+	n := k.nodes[name]
+	k.mu.Lock()
+	no := n == nil || k.restarting[name] || k.rolling || skip()
+	if !no {
+		k.restarting[name] = true
+	}
+	k.mu.Unlock()
+	if no {
+		return
+	}
+	wg.Go(func() {
+		if err := n.RestartFlanneld(30 * time.Second); err != nil {
+			k.fail("flanneld on %s: %v", name, err)
+		}
+		after()
+		k.mu.Lock()
+		delete(k.restarting, name)
+		k.mu.Unlock()
+	})
 }
 
 // rollFlannel plays the DaemonSet controller's rolling update of
@@ -379,7 +449,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	createAgentRBAC(t, cs)
 	agentKubeconfig, err := cp.NodeUserKubeconfig(agentIdentity[0], agentIdentity[1:]...)
 	require.NoError(t, err)
-	k := &mbbKubelet{cs: cs, nodes: map[string]*Node{}, flannel: map[string]string{}, service: true, grace: 1500 * time.Millisecond, replicas: 2, followPodCIDR: true}
+	k := &mbbKubelet{cs: cs, nodes: map[string]*Node{}, flannel: map[string]string{}, service: true, grace: 1500 * time.Millisecond, replicas: 2, flannelPods: true}
 	moving := []string{"a", "b", "c", "z"}
 	for i, name := range moving {
 		n, err := env.AddNode(name)
@@ -388,6 +458,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		createNode(t, cs, n, podCIDR)
 		require.NoError(t, n.StartFlanneld([]string{"NODE_NAME=" + name}, 30*time.Second, flags...))
 		k.nodes[name], k.flannel[name] = n, podCIDR
+		require.NoError(t, k.addFlannelPod(ctx, name))
 		_, err = n.WriteCNIConfList()
 		require.NoError(t, err)
 		_, err = env.StartProc(n.NS, "nodenet-agent-"+name, nil, agentBin, "--node="+name, "--host-root="+n.Dir,
@@ -460,7 +531,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		start := time.Now()
 		runner := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), name), Agents: agents,
 			Progress: func(line string) {
-				t.Logf("%s +%s: %s", name, time.Since(start).Round(10*time.Millisecond), line)
+				t.Logf("%s %s +%s: %s", name, time.Now().Format("15:04:05.000"), time.Since(start).Round(10*time.Millisecond), line)
 				var node, what string
 				if _, err := fmt.Sscanf(strings.TrimSpace(line), "rebase %s hook: %s", &node, &what); err == nil {
 					node = strings.TrimSuffix(node, ":")
@@ -506,6 +577,21 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	}
 
 	mbb, m := migrateOnce("make-before-break", "10.244.0.0/16", "10.240.0.0/16", true, loop)
+	// flanneld, starting with a new lease, deletes the VTEP's old address
+	// before it adds the new one; the kernel then deletes every route
+	// through the VTEP, and the node reaches no other node's pods until
+	// flanneld adds them again. The runbook's prepare hook has the agent put
+	// the new address there first, so no flanneld deletes one.
+	var vtepRemoved []string
+	if backend == "vxlan" {
+		for _, name := range moving {
+			for _, l := range strings.Split(k.nodes[name].Flanneld.Log(), "\n") {
+				if strings.Contains(l, "removed IP address") && strings.Contains(l, "from flannel.1") {
+					vtepRemoved = append(vtepRemoved, name+": "+l)
+				}
+			}
+		}
+	}
 	end := matrix()
 	t.Logf("after make-before-break:\n%s", end)
 	stopLoop()
@@ -624,6 +710,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	assert.True(t, end.Full(), "after make-before-break:\n%s", end)
 	assert.Empty(t, traces, "no trace of 10.244.0.0/16 or of the standby on any node")
 	assert.Len(t, mbb.inTransition, len(moving), "every node went through the transition")
+	assert.Empty(t, vtepRemoved, "make-before-break: no flanneld deleted its VTEP's address (and with it the node's routes)")
 	// The goal: no request through the Service failed during the
 	// whole make-before-break migration (the drain-style run's failures are
 	// the comparison, logged above and in BENCHMARKS.md section 6).
