@@ -32,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/cidrshift/cidrshift/cidr"
@@ -316,6 +317,7 @@ func nodeE2EDeployment(name string, replicas int32) *appsv1.Deployment {
 func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector string, want int, timeout time.Duration) map[string]*corev1.Pod {
 	t.Helper()
 	out := map[string]*corev1.Pod{}
+	untouched := map[types.UID]time.Time{} // bound pods kwok has not touched, since
 	poll(t, timeout, fmt.Sprintf("%d pods %q running", want, selector), func(ctx context.Context) error {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
@@ -332,6 +334,7 @@ func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector 
 			} else if len(waiting) < 5 {
 				waiting = append(waiting, fmt.Sprintf("%s on %s: phase %q, IP %q, conditions %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions))
 			}
+			kwokNudge(t, ctx, cs, p, untouched)
 		}
 		if len(list.Items) != want || running != want {
 			return fmt.Errorf("%d pods, %d of them running with an IP; want %d; not running: %s", len(list.Items), running, want, strings.Join(waiting, "; "))
@@ -339,6 +342,36 @@ func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector 
 		return nil
 	})
 	return out
+}
+
+// kwokNudge works around a race of kwok v0.8.0 (the kubelets' emulator):
+// when a node is re-created, kwok creates its Lease and at once replays the
+// node's pods, but it skips every pod whose node's Lease its informer has
+// not seen yet as held (PodController.watchResources: readOnly, from
+// NodeLeaseController.Held, which reads the cache), and nothing replays
+// them later: a pod bound then stays Pending with no status for ever. A pod
+// bound, Pending and untouched (no conditions) for 15 s gets an annotation,
+// whose update event kwok handles again with its cache caught up. kwok
+// still has to run the pod; what the tests check of it is unchanged.
+func kwokNudge(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, untouched map[types.UID]time.Time) {
+	t.Helper()
+	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending || len(p.Status.Conditions) > 0 || p.DeletionTimestamp != nil {
+		delete(untouched, p.UID)
+		return
+	}
+	since, ok := untouched[p.UID]
+	if !ok {
+		untouched[p.UID] = time.Now()
+		return
+	}
+	if time.Since(since) < 15*time.Second {
+		return
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.cidrshift.io/kwok-nudge":%q}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := cs.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+		t.Logf("kwok left pod %s/%s on node %s untouched for %s: annotated it so that kwok looks again", p.Namespace, p.Name, p.Spec.NodeName, time.Since(since).Round(time.Second))
+		untouched[p.UID] = time.Now()
+	}
 }
 
 // nodeE2EBuild builds an example program of the root module.
