@@ -40,14 +40,7 @@ func TestDataplaneInsertRuleFollowsAChainRewrittenMeanwhile(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newTestNode(t)
-			n.rules(
-				"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.1.0.0/16 -j RETURN",
-				"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.2.0.0/16 -j RETURN",
-				"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
-			)
-			h, err := openHost(n.want("n1", "10.244.3.0/24", ""))
-			require.NoError(t, err)
+			n, h := threeRuleChain(t)
 			defer h.close()
 			rewrites := 0
 			h.beforeRuleWrite = func() {
@@ -122,14 +115,7 @@ func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
 	const table, chain = "nat", "FLANNEL-POSTRTG"
 	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
 	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
-	n := newTestNode(t)
-	n.rules(
-		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.1.0.0/16 -j RETURN",
-		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.2.0.0/16 -j RETURN",
-		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
-	)
-	h, err := openHost(n.want("n1", "10.244.3.0/24", ""))
-	require.NoError(t, err)
+	n, h := threeRuleChain(t)
 	defer h.close()
 	writes := 0
 	h.beforeRuleWrite = func() {
@@ -151,4 +137,20 @@ func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
 		"-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN",
 		"-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
 	}, n.chain(table, chain))
+}
+
+// threeRuleChain is a node whose FLANNEL-POSTRTG holds flanneld's RETURN
+// rules for 10.1.0.0/16, 10.2.0.0/16 and (the anchor) 10.244.0.0/16, and a
+// host opened on it for podCIDR 10.244.3.0/24.
+func threeRuleChain(t *testing.T) (*testNode, *host) {
+	t.Helper()
+	n := newTestNode(t)
+	n.rules(
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.1.0.0/16 -j RETURN",
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.2.0.0/16 -j RETURN",
+		"nat FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
+	)
+	h, err := openHost(n.want("n1", "10.244.3.0/24", ""))
+	require.NoError(t, err)
+	return n, h
 }
