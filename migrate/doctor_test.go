@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -27,6 +29,8 @@ import (
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/cidr"
+	"github.com/cidrshift/cidrshift/kubeadmcfg"
+	"github.com/cidrshift/cidrshift/nodecidr"
 	"github.com/cidrshift/cidrshift/servicecidr"
 )
 
@@ -177,6 +181,8 @@ func TestDiagnoseHealthyCluster(t *testing.T) {
 		assert.Len(t, s.IPPools, 1, name)
 		assert.Len(t, s.IPAMBlocks, 1, name)
 		assert.Len(t, s.ServiceCIDRs, 1, name)
+		// Each ConfigMap once, though kube-system's are listed by both queries.
+		assert.Len(t, s.ConfigMaps, 4, name)
 	}
 }
 
@@ -234,6 +240,9 @@ func TestDiagnoseFindings(t *testing.T) {
 			c.dyn = append(c.dyn, dobj("networking.k8s.io/v1", "ServiceCIDR", "tailnet", map[string]any{"cidrs": []any{"100.64.0.0/24"}}))
 		}, "ServiceCIDR tailnet"},
 		{CodeRangeOverlapsNodeIP, func(c *doctorCluster) { c.nodes[2].Status.Addresses[0].Address = "10.96.5.5" }, "Node c"},
+		{Code(kubeadmcfg.CodeClusterCIDROutsideNetwork), func(c *doctorCluster) {
+			c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.0.0/17","Backend":{"Type":"vxlan"}}`
+		}, "Pod kube-system/kube-controller-manager-a"},
 		{"duplicate-podcidr", func(c *doctorCluster) {
 			c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24"}
 		}, "Node c"},
@@ -474,6 +483,8 @@ func TestDiagnosePodIPHostLocal(t *testing.T) {
 				}
 				require.Len(t, fs, 1, name)
 				assert.Equal(t, []ObjectRef{{Kind: "Pod", Namespace: "default", Name: "web"}}, fs[0].Objects, name)
+				// Only host-local IPAM makes the node's podCIDR a place the address may be.
+				assert.Equal(t, !tc.blocks, strings.Contains(fs[0].Message, " nor in their node's podCIDR"), fs[0].Message)
 			}
 		})
 	}
@@ -512,4 +523,269 @@ func TestRestartFlannelCommand(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, tp.Execute(&out, obj))
 	assert.Equal(t, "canal-x\nkube-flannel-ds-y\n", out.String())
+}
+
+// TestDiagnoseSources holds the report to where it says each setting came
+// from: kube-controller-manager's Pod (and whether it was read from a dump),
+// and the Service range from kube-apiserver's flag, else
+// kube-controller-manager's, else kubeadm-config's serviceSubnet.
+func TestDiagnoseSources(t *testing.T) {
+	c := newDoctorCluster()
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "Pod kube-system/kube-controller-manager-a", r.FlagsSource)
+	r, err = Diagnose(context.Background(), readDump(t, c.dump(t)), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "Pod kube-system/kube-controller-manager-a in the dump", r.FlagsSource)
+
+	c.pods = c.pods[:2] // no kube-apiserver Pod
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "10.96.0.0/12", r.ServiceRange)
+	assert.Equal(t, "Pod kube-system/kube-controller-manager-a --service-cluster-ip-range", r.ServiceRangeSource)
+
+	c.pods[1].Spec.Containers[0].Command = slices.DeleteFunc(slices.Clone(c.pods[1].Spec.Containers[0].Command),
+		func(a string) bool { return strings.HasPrefix(a, "--service-cluster-ip-range") })
+	c.cms["kubeadm-config"].Data["ClusterConfiguration"] = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n  serviceSubnet: 10.96.0.0/16\n"
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "10.96.0.0/16", r.ServiceRange)
+	assert.Equal(t, "ConfigMap kube-system/kubeadm-config ClusterConfiguration networking.serviceSubnet", r.ServiceRangeSource)
+
+	c.cms["kubeadm-config"].Data["ClusterConfiguration"] = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.ServiceRange)
+	assert.Empty(t, r.ServiceRangeSource)
+}
+
+// TestDiagnoseErrorsFirst: the findings are sorted errors, then warnings,
+// then infos, whatever order the checks found them in (flannel's warning
+// comes before the Services' error).
+func TestDiagnoseErrorsFirst(t *testing.T) {
+	c := newDoctorCluster()
+	c.nodes[2].Annotations = nil
+	c.services[2].Spec.ClusterIP, c.services[2].Spec.ClusterIPs = "10.200.0.5", []string{"10.200.0.5"}
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	var sevs []cidr.Severity
+	for _, f := range r.Findings {
+		sevs = append(sevs, f.Severity)
+	}
+	assert.Equal(t, []cidr.Severity{cidr.SeverityError, cidr.SeverityWarning}, sevs, codes(r))
+	assert.Equal(t, []Code{CodeServiceIPOutsideRange, CodeFlannelNotRunning}, codes(r))
+	assert.Equal(t, 1, r.Count(cidr.SeverityError))
+	assert.Equal(t, 1, r.Count(cidr.SeverityWarning))
+}
+
+// TestDiagnoseFlannelConfigNotRead: nodes with flannel annotations and no
+// net-conf.json say the flannel checks were skipped; a cluster without
+// flannel says nothing of it.
+func TestDiagnoseFlannelConfigNotRead(t *testing.T) {
+	flannelNotRead := func(r *DoctorReport) []string {
+		return slices.DeleteFunc(slices.Clone(r.NotRead), func(s string) bool { return !strings.Contains(s, "net-conf.json") })
+	}
+	c := newDoctorCluster()
+	delete(c.cms, "kube-flannel-cfg")
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Len(t, flannelNotRead(r), 1, r.NotRead)
+
+	c.nodes[0].Annotations = nil // one node annotated is enough
+	c.nodes[1].Annotations = nil
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Len(t, flannelNotRead(r), 1, r.NotRead)
+
+	c.nodes[2].Annotations = nil
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, flannelNotRead(r), r.NotRead)
+}
+
+// TestDiagnoseWithoutPoolsOrServiceRange: a flannel cluster has no Calico
+// pool, so a pod address outside its node's podCIDR is the node audit's
+// finding, not pod-ip-outside-pools; and with no Service range and no
+// ServiceCIDR read, no ClusterIP is called out of range.
+func TestDiagnoseWithoutPoolsOrServiceRange(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:] // no Calico
+	c.pods[0].Status.PodIP = "10.244.1.5"
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	assert.Equal(t, []Code{Code(nodecidr.FindingPodIPOutside)}, codes(r))
+
+	c = newDoctorCluster()
+	c.dyn = c.dyn[:2] // no ServiceCIDR
+	c.pods = c.pods[:2]
+	c.pods[1].Spec.Containers[0].Command = slices.DeleteFunc(slices.Clone(c.pods[1].Spec.Containers[0].Command),
+		func(a string) bool { return strings.HasPrefix(a, "--service-cluster-ip-range") })
+	c.cms["kubeadm-config"].Data["ClusterConfiguration"] = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	assert.Empty(t, r.ServiceRange)
+	assert.Empty(t, r.With(CodeServiceIPOutsideRange))
+	// Not that no check runs: with a range, default/web is outside it.
+	c.pods[1].Spec.Containers[0].Command = append(c.pods[1].Spec.Containers[0].Command, "--service-cluster-ip-range=10.96.0.0/24")
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{Pods: true})
+	require.NoError(t, err)
+	assert.Len(t, r.With(CodeServiceIPOutsideRange), 1)
+}
+
+// TestDiagnoseClusterDNSNotComparable: a kubelet with no clusterDNS, or a
+// kube-dns Service without a ClusterIP, has nothing to disagree with.
+func TestDiagnoseClusterDNSNotComparable(t *testing.T) {
+	c := newDoctorCluster()
+	c.cms["kubelet-config"].Data["kubelet"] = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.With(CodeClusterDNSMismatch))
+
+	c = newDoctorCluster()
+	c.services[1].Spec.ClusterIP, c.services[1].Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.With(CodeClusterDNSMismatch))
+}
+
+// TestDiagnoseFixPlanStaysInsideFlannelsNetwork: flannel's Network holds a
+// single node subnet (its length is the node mask). The broken nodes cannot
+// move inside it, and the doctor says so rather than plan subnets flannel
+// would refuse.
+func TestDiagnoseFixPlanStaysInsideFlannelsNetwork(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:]
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.0.0/24","Backend":{"Type":"vxlan"}}`
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	require.Len(t, r.With(CodePodCIDROutsideFlannelNetwork), 2)
+	assert.Nil(t, r.FixPlan)
+	assert.NotEmpty(t, r.FixPlanError)
+}
+
+// TestDiagnoseAddressMapMarksConflicts: the ranges of an error overlap of
+// the flags (the Service range inside the cluster CIDR) are marked on the
+// map, and no other range is; a node outside the cluster CIDR is marked.
+func TestDiagnoseAddressMapMarksConflicts(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:]
+	c.nodes[1].Spec.PodCIDR, c.nodes[1].Spec.PodCIDRs = "10.245.0.0/24", []string{"10.245.0.0/24"}
+	flags := cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "10.244.240.0/20"}
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Flags: &flags, FlagsSource: "given"})
+	require.NoError(t, err)
+	require.NotEmpty(t, r.Conflicts)
+	marked := map[string]bool{}
+	for _, rg := range r.Ranges {
+		marked[rg.Label+" "+rg.Prefix.String()] = rg.Conflict
+	}
+	assert.Equal(t, map[string]bool{
+		"cluster CIDR (given) 10.244.0.0/16":                                       true,
+		"Pod kube-system/kube-apiserver-a --service-cluster-ip-range 10.96.0.0/12": false,
+		"flannel Network (kube-flannel/kube-flannel-cfg) 10.244.0.0/16":            true,
+		"Node a 10.244.0.0/24": false,
+		"Node b 10.245.0.0/24": true,
+		"Node c 10.244.2.0/24": false,
+	}, marked)
+}
+
+func TestKeptKind(t *testing.T) {
+	for _, tc := range []struct {
+		apiVersion, kind string
+		want             bool
+	}{
+		{"v1", "Service", true},
+		{"v1", "ConfigMap", true},
+		{"example.com/v1", "ConfigMap", false},
+		{"crd.projectcalico.org/v1", "IPPool", true},
+		{"projectcalico.org/v3", "IPPool", true},
+		{"example.com/v1", "IPPool", false},
+		{"crd.projectcalico.org/v1", "IPAMBlock", true},
+		{"projectcalico.org/v3", "IPAMBlock", false},
+		{"networking.k8s.io/v1", "ServiceCIDR", true},
+		{"example.com/v1", "ServiceCIDR", false},
+		{"v1", "Secret", false},
+	} {
+		assert.Equal(t, tc.want, keptKind(tc.apiVersion, tc.kind), "%s %s", tc.apiVersion, tc.kind)
+	}
+}
+
+func TestShort(t *testing.T) {
+	var items []string
+	for i := range 11 {
+		items = append(items, strconv.Itoa(i))
+	}
+	assert.Equal(t, "0, 1, 2, 3, 4, 5, 6, 7, 8, 9", short(items[:10]))
+	assert.Equal(t, "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 1 more", short(items))
+}
+
+// TestRefOf reads the object a kubeadmcfg source names, and nothing from a
+// source that names none.
+func TestRefOf(t *testing.T) {
+	for _, tc := range []struct {
+		where string
+		want  ObjectRef
+		ok    bool
+	}{
+		{"ConfigMap kube-system/kube-proxy config.conf clusterCIDR", ObjectRef{Kind: "ConfigMap", Namespace: "kube-system", Name: "kube-proxy"}, true},
+		{"Pod kube-system/kube-controller-manager-a --cluster-cidr", ObjectRef{Kind: "Pod", Namespace: "kube-system", Name: "kube-controller-manager-a"}, true},
+		{"Node a spec.podCIDRs[0]", ObjectRef{Kind: "Node", Name: "a"}, true},
+		{"Node a", ObjectRef{Kind: "Node", Name: "a"}, true},
+		{"Node", ObjectRef{}, false},
+		{"flannel Network kube-flannel/kube-flannel-cfg", ObjectRef{}, false},
+		{"Calico IPPool default", ObjectRef{}, false},
+		{"", ObjectRef{}, false},
+	} {
+		got, ok := refOf(tc.where)
+		assert.Equal(t, tc.ok, ok, tc.where)
+		assert.Equal(t, tc.want, got, tc.where)
+	}
+}
+
+// TestPages reads every page of a list, and stops at the first error or
+// cancellation with that error.
+func TestPages(t *testing.T) {
+	var got []string
+	conts := map[string]string{"": "p2", "p2": "p3", "p3": ""}
+	err := pages(context.Background(), func(lo metav1.ListOptions) (string, error) {
+		assert.Equal(t, int64(pageSize), lo.Limit)
+		got = append(got, lo.Continue)
+		return conts[lo.Continue], nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"", "p2", "p3"}, got)
+
+	got = nil
+	boom := errors.New("boom")
+	err = pages(context.Background(), func(lo metav1.ListOptions) (string, error) {
+		got = append(got, lo.Continue)
+		if lo.Continue == "p2" {
+			return "p3", boom
+		}
+		return conts[lo.Continue], nil
+	})
+	assert.ErrorIs(t, err, boom)
+	assert.Equal(t, []string{"", "p2"}, got)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = pages(ctx, func(metav1.ListOptions) (string, error) { t.Error("fetched after the context ended"); return "", nil })
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestDiagnoseDisabledPoolHeldByBlocksOnly: a disabled pool whose blocks
+// still hold addresses is in use even when no pod was read.
+func TestDiagnoseDisabledPoolHeldByBlocksOnly(t *testing.T) {
+	c := newDoctorCluster()
+	c.dynByName("default").Object["spec"].(map[string]any)["disabled"] = true
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	fs := r.With(CodeCalicoDisabledPoolInUse)
+	require.Len(t, fs, 1, codes(r))
+	assert.Contains(t, fs[0].Message, "its blocks still hold 1 and 0 pod(s) still use it")
+
+	// Empty blocks hold nothing.
+	c.dynByName("10-244-0-0-26").Object["spec"].(map[string]any)["allocations"] = []any{nil, nil}
+	r, err = Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, r.With(CodeCalicoDisabledPoolInUse))
 }
