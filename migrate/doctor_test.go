@@ -789,3 +789,39 @@ func TestDiagnoseDisabledPoolHeldByBlocksOnly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, r.With(CodeCalicoDisabledPoolInUse))
 }
+
+// TestDiagnoseFlagsFromKubeadmConfig: without a kube-controller-manager Pod,
+// the flags are those kubeadm renders from kubeadm-config.
+func TestDiagnoseFlagsFromKubeadmConfig(t *testing.T) {
+	c := newDoctorCluster()
+	c.pods = slices.Delete(c.pods, 1, 2) // no kube-controller-manager Pod
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "ConfigMap kube-system/kubeadm-config ClusterConfiguration (flags kubeadm would render)", r.FlagsSource)
+	assert.Equal(t, "10.244.0.0/16", r.Flags.ClusterCIDR)
+	assert.True(t, r.Healthy, codes(r))
+}
+
+// TestDiagnoseClusterDNSByLabel: a DNS Service not named kube-dns is found
+// by its k8s-app label, and no other Service stands for it.
+func TestDiagnoseClusterDNSByLabel(t *testing.T) {
+	for _, tc := range []struct {
+		clusterDNS string
+		want       []ObjectRef
+	}{
+		{"10.96.0.10", nil},
+		{"10.96.0.11", []ObjectRef{{Kind: "Service", Namespace: "kube-system", Name: "coredns"}, {Kind: "ConfigMap", Namespace: "kube-system", Name: "kubelet-config"}}},
+	} {
+		c := newDoctorCluster()
+		c.services[1].Name = "coredns"
+		c.services[1].Labels = map[string]string{servicecidr.DNSLabelKey: servicecidr.DNSLabelValue}
+		c.cms["kubelet-config"].Data["kubelet"] = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS:\n- " + tc.clusterDNS + "\n"
+		r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+		require.NoError(t, err)
+		var got []ObjectRef
+		for _, f := range r.With(CodeClusterDNSMismatch) {
+			got = append(got, f.Objects...)
+		}
+		assert.Equal(t, tc.want, got, tc.clusterDNS)
+	}
+}
