@@ -825,3 +825,19 @@ func TestDiagnoseClusterDNSByLabel(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.clusterDNS)
 	}
 }
+
+// TestDiagnoseNoFixPlanWithoutAStep: flannel's Network lies apart from the
+// cluster CIDR, so every node is outside it, but moving nodes inside the
+// cluster CIDR fixes nothing (net-conf.json must change): no plan of no
+// steps is offered.
+func TestDiagnoseNoFixPlanWithoutAStep(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:]
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.245.0.0/16","Backend":{"Type":"vxlan"}}`
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	require.Len(t, r.With(CodePodCIDROutsideFlannelNetwork), 3)
+	assert.Len(t, r.With(Code(kubeadmcfg.CodeClusterCIDROutsideNetwork)), 1)
+	assert.Nil(t, r.FixPlan)
+	assert.Empty(t, r.FixPlanError)
+}
