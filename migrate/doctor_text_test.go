@@ -65,7 +65,8 @@ func TestWriteDoctorTextEverySection(t *testing.T) {
 			Conflicts: []cidr.Overlap{overlap},
 		},
 		FixPlan: &nodecidr.Plan{Mode: nodecidr.ModeFix,
-			Layout: &cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.100.0.0/16"), netip.MustParsePrefix("fd00::/48")}},
+			// The plan's range: flannel's Network, narrower than the flag.
+			Layout: &cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.100.0.0/17"), netip.MustParsePrefix("fd00::/48")}},
 			Steps: []nodecidr.Step{
 				{Node: "n01", Action: nodecidr.ActionRecreate, OldPodCIDRs: []string{"10.244.0.0/24", "fd00::/64"}, NewPodCIDRs: []string{"10.100.5.0/24", "fd00:0:0:5::/64"}, Reason: "duplicate"},
 				{Node: "n31", Action: nodecidr.ActionPatch, NewPodCIDRs: []string{"10.100.6.0/24", "fd00:0:0:6::/64"}, Reason: "missing"},
@@ -118,7 +119,7 @@ func TestWriteDoctorTextEverySection(t *testing.T) {
 		"  n01   recreate  10.244.0.0/24,fd00::/64  10.100.5.0/24,fd00:0:0:5::/64  duplicate",
 		"  n31   patch     -                        10.100.6.0/24,fd00:0:0:6::/64  missing",
 		"  warning: node n99 is NotReady",
-		"  Carry it out with: noderecreate --fix --cluster-cidr 10.100.0.0/16,fd00::/48 --node-mask 24,64 --apply --cordon --delete-pods",
+		"  Carry it out with: noderecreate --fix --cluster-cidr 10.100.0.0/17,fd00::/48 --node-mask 24,64 --apply --cordon --delete-pods",
 		"  (recreate = delete + create with the new podCIDR, journaled and resumable; patch = the allowed update of an empty podCIDR)",
 		"",
 		"REPAIRS: 1",
@@ -156,6 +157,14 @@ func TestWriteDoctorTextEverySection(t *testing.T) {
 	b.Reset()
 	WriteDoctorText(&b, healthy, "cidrshift doctor")
 	assert.Equal(t, want, b.String())
+
+	// A plan without a layout of its own is carried out in the flags' range.
+	for _, layout := range []*cidr.NodeIPAMLayout{nil, {}} {
+		healthy.FixPlan = &nodecidr.Plan{Mode: nodecidr.ModeFix, Layout: layout, Steps: broken.FixPlan.Steps}
+		b.Reset()
+		WriteDoctorText(&b, healthy, "cidrshift doctor")
+		assert.Contains(t, b.String(), "  Carry it out with: noderecreate --fix --cluster-cidr 10.244.0.0/16 --node-mask 24 --apply", layout)
+	}
 }
 
 // TestMaskArg holds the --node-mask argument of the fix plan's command to
