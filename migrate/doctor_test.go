@@ -648,16 +648,24 @@ func TestDiagnoseClusterDNSNotComparable(t *testing.T) {
 	assert.Empty(t, r.With(CodeClusterDNSMismatch))
 }
 
+// diagnoseFlannelNetwork diagnoses the flannel-only cluster (no Calico)
+// with net-conf.json's Network set to network.
+func diagnoseFlannelNetwork(t *testing.T, network string) *DoctorReport {
+	t.Helper()
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:]
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"` + network + `","Backend":{"Type":"vxlan"}}`
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	return r
+}
+
 // TestDiagnoseFixPlanStaysInsideFlannelsNetwork: flannel's Network holds a
 // single node subnet (its length is the node mask). The broken nodes cannot
 // move inside it, and the doctor says so rather than plan subnets flannel
 // would refuse.
 func TestDiagnoseFixPlanStaysInsideFlannelsNetwork(t *testing.T) {
-	c := newDoctorCluster()
-	c.dyn = c.dyn[2:]
-	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.0.0/24","Backend":{"Type":"vxlan"}}`
-	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
-	require.NoError(t, err)
+	r := diagnoseFlannelNetwork(t, "10.244.0.0/24")
 	require.Len(t, r.With(CodePodCIDROutsideFlannelNetwork), 2)
 	assert.Nil(t, r.FixPlan)
 	assert.NotEmpty(t, r.FixPlanError)
@@ -831,11 +839,7 @@ func TestDiagnoseClusterDNSByLabel(t *testing.T) {
 // cluster CIDR fixes nothing (net-conf.json must change): no plan of no
 // steps is offered.
 func TestDiagnoseNoFixPlanWithoutAStep(t *testing.T) {
-	c := newDoctorCluster()
-	c.dyn = c.dyn[2:]
-	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.245.0.0/16","Backend":{"Type":"vxlan"}}`
-	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
-	require.NoError(t, err)
+	r := diagnoseFlannelNetwork(t, "10.245.0.0/16")
 	require.Len(t, r.With(CodePodCIDROutsideFlannelNetwork), 3)
 	assert.Len(t, r.With(Code(kubeadmcfg.CodeClusterCIDROutsideNetwork)), 1)
 	assert.Nil(t, r.FixPlan)
