@@ -103,6 +103,7 @@ func TestFlannelHostCleanupThroughAgents(t *testing.T) {
 
 	reqs := got()
 	require.NotEmpty(t, reqs["w3"], "the moved node's agent was asked")
+	assert.GreaterOrEqual(t, len(reqs["w3"]), 2, "asked right after its move, and again in host-cleanup")
 	first := reqs["w3"][0].Want
 	assert.Equal(t, "10.244.1.0/24", first.OldPodCIDR.String(), "w3 left the shared subnet")
 	assert.NotEqual(t, first.OldPodCIDR, first.PodCIDR)

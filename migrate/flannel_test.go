@@ -373,13 +373,7 @@ func TestFlannelDualStackKeepsIPv6(t *testing.T) {
 
 	t.Run("dual-stack flags: IPv6 kept", func(t *testing.T) {
 		cs, srv := cluster("10.244.0.0/16,fd00:10:244::/56")
-		m, err := migrate.FlannelPodCIDR(flOptions(cs))
-		require.NoError(t, err)
-		r := migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
-		rep, err := r.Run(t.Context(), m)
-		require.NoError(t, err)
-		require.True(t, rep.Paused())
-		assert.Equal(t, migrate.FlannelStepControllerManager, rep.Waiting.Step)
+		m, r, rep := flRunToTheControllerManager(t, cs)
 		assert.Contains(t, strings.Join(rep.Waiting.Instructions, "\n"), "set --cluster-cidr=10.240.0.0/12,fd00:10:244::/56 in")
 		pods := map[string][]string{}
 		for _, n := range srv.Nodes() {
@@ -397,7 +391,7 @@ func TestFlannelDualStackKeepsIPv6(t *testing.T) {
 		// is not taken for the new one, the dual-stack one is.
 		for _, flag := range []string{"10.240.0.0/12", "10.240.0.0/12,fd00:10:244::/56"} {
 			srv.AddPod(kcm(flag)) // the kubelet's new mirror pod
-			rep, err = r.Run(t.Context(), m)
+			rep, err := r.Run(t.Context(), m)
 			require.NoError(t, err)
 			if flag == "10.240.0.0/12" {
 				require.True(t, rep.Paused(), "an IPv4-only flag is not the new one")
