@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -374,8 +375,8 @@ func TestFlannelHostCleanupRestartsFlannelsDaemonSetOnly(t *testing.T) {
 
 // host-cleanup's verify proves the end state from the cluster as it is
 // then: a node that registers during the run with a podCIDR another node
-// holds, or a net-conf.json set back to the old Network, fails the step,
-// naming what is wrong.
+// holds or outside the new Network, or a net-conf.json set back to the
+// old Network, fails the step, naming what is wrong.
 func TestFlannelVerifyReadsTheEndState(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -386,6 +387,10 @@ func TestFlannelVerifyReadsTheEndState(t *testing.T) {
 			srv.AddNode(flNode("w9", "10.244.1.0/24", 7200))
 			return nil
 		}, "verify: error duplicate-podcidr: podCIDR 10.244.1.0/24 is shared by w1 (held longest) and w9"},
+		{"a late node outside the Network", func(_ *fake.Clientset, srv *nodecidrtest.Server) error {
+			srv.AddNode(flNode("w9", "192.168.5.0/24", 7200))
+			return nil
+		}, "verify: error podcidr-outside-network: podCIDR 192.168.5.0/24 is outside the Network"},
 		{"net-conf.json set back", func(cs *fake.Clientset, _ *nodecidrtest.Server) error {
 			return cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName, Namespace: flannel.DefaultNetConfNamespace, ResourceVersion: "9"},
@@ -453,4 +458,40 @@ func TestFlannelHostWantsKeepTheSubnetLivePodsHold(t *testing.T) {
 	i := slices.IndexFunc(peers, func(p nodenet.Peer) bool { return p.Name == "w3" })
 	require.GreaterOrEqual(t, i, 0, "w3 is a peer of w1")
 	assert.Equal(t, []netip.Prefix{fixed}, peers[i].OldPodCIDRs)
+}
+
+// A server-dry-run with host agents publishes no want: host-cleanup says
+// what each agent would make its host hold, and prints the steps for a
+// node without one.
+func TestFlannelServerDryRunPublishesNoWant(t *testing.T) {
+	cs := flCluster(flNetConf)
+	got, stop := agentsOn(cs, "w1", "w3")
+	defer stop()
+	m, err := migrate.FlannelPodCIDR(flOptions(cs))
+	require.NoError(t, err)
+	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	require.Eventually(t, func() bool {
+		for _, n := range []string{"w1", "w3"} {
+			if ok, err := agents.Present(t.Context(), n); err != nil || !ok {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "the agents' Leases")
+	rep, err := (&migrate.Runner{Mode: migrate.ModeServerDryRun, Agents: agents}).Run(t.Context(), m)
+	require.NoError(t, err)
+	// The nodes did not move: w3 still shares w1's subnet and waits for
+	// its move, w4 has no subnet; neither gets a want.
+	details := flStep(t, rep, migrate.FlannelStepCleanup).Details
+	assert.Contains(t, details, "node w1: its host agent will make the host hold podCIDR 10.244.1.0/24 in Network 10.240.0.0/12")
+	assert.Contains(t, details, "node w2 has no host agent; run there:")
+	all := strings.Join(details, "\n")
+	assert.NotContains(t, all, "node w2: its host agent")
+	assert.NotContains(t, all, "node w3", "w3 gets no want")
+	nodes, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, n := range nodes.Items {
+		assert.NotContains(t, n.Annotations, migrate.HostWantAnnotation, n.Name)
+	}
+	assert.Empty(t, got())
 }

@@ -355,21 +355,25 @@ func TestFlannelDualStackKeepsIPv6(t *testing.T) {
 		}...)
 	}
 
-	t.Run("IPv4 flags only: refused", func(t *testing.T) {
-		cs, _ := cluster("10.244.0.0/16")
-		m, err := migrate.FlannelPodCIDR(flOptions(cs))
-		require.NoError(t, err)
-		_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
-		require.ErrorIs(t, err, migrate.ErrInvalidInput)
-		assert.Contains(t, err.Error(), "node w1 holds the IPv6 podCIDR fd00:10:244:1::/64")
-		assert.Contains(t, err.Error(), "--cluster-cidr=10.240.0.0/12 and kube-controller-manager would crash-loop")
-		for _, a := range cs.Actions() {
-			assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "nothing written but the access review: %v", a)
-			if a.GetVerb() == "create" {
-				assert.Contains(t, a.GetResource().Resource, "accessreviews")
+	for _, tc := range []struct{ name, flag, want string }{
+		{"IPv4 flags only: refused", "10.244.0.0/16", "node w1 holds the IPv6 podCIDR fd00:10:244:1::/64, but kube-controller-manager's --cluster-cidr has no IPv6 range holding it (no IPv6 range found): the runbook would ask for --cluster-cidr=10.240.0.0/12 and kube-controller-manager would crash-loop"},
+		{"an IPv6 range that does not hold the nodes': refused", "10.244.0.0/16,fd00:99::/56", "node w1 holds the IPv6 podCIDR fd00:10:244:1::/64, but kube-controller-manager's --cluster-cidr has no IPv6 range holding it (it has fd00:99::/56)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, _ := cluster(tc.flag)
+			m, err := migrate.FlannelPodCIDR(flOptions(cs))
+			require.NoError(t, err)
+			_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+			require.ErrorIs(t, err, migrate.ErrInvalidInput)
+			assert.Contains(t, err.Error(), tc.want)
+			for _, a := range cs.Actions() {
+				assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "nothing written but the access review: %v", a)
+				if a.GetVerb() == "create" {
+					assert.Contains(t, a.GetResource().Resource, "accessreviews")
+				}
 			}
-		}
-	})
+		})
+	}
 
 	t.Run("dual-stack flags: IPv6 kept", func(t *testing.T) {
 		cs, srv := cluster("10.244.0.0/16,fd00:10:244::/56")
