@@ -488,8 +488,11 @@ func (m *FlannelPodCIDRMigration) accessChecks() []access.Check {
 }
 
 // checkJournalPlans checks the node plans read back from the journal, which
-// is untrusted input: the fix plan may only give nodes subnets of the old
-// Network, the rebase plan only subnets of NodeRange, each node once.
+// is untrusted input: each must be a valid nodecidr plan (a step with no
+// new podCIDR would otherwise reach the host plans unchecked once the
+// step that applies it is done), the fix plan may only give nodes subnets
+// of the old Network, the rebase plan only subnets of NodeRange, each node
+// once.
 func (m *FlannelPodCIDRMigration) checkJournalPlans() error {
 	for _, c := range []struct {
 		key    string
@@ -504,6 +507,9 @@ func (m *FlannelPodCIDRMigration) checkJournalPlans() error {
 		}
 		if !c.within.IsValid() {
 			return bad("the journal holds a plan for a step this run does not make")
+		}
+		if err := c.p.Validate(); err != nil {
+			return fmt.Errorf("--journal %s %s: %w", m.j.Dir(), c.key, err)
 		}
 		seen := map[string]bool{}
 		for _, st := range c.p.Steps {

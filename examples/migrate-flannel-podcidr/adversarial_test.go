@@ -144,6 +144,10 @@ func TestAdversarial(t *testing.T) {
 			dir := editedJournal(t, e, func(b string) string { return strings.Replace(b, `"10.244.3.0/24"`, `"10.99.3.0/24"`, 1) })
 			return []string{"--journal", dir, "--apply", "--poll-interval", "10ms"}
 		}, code: exitBad, msg: []string{"invalid plan", "fix-plan", "10.99.3.0/24", "10.244.0.0/16"}},
+		{name: "journal fix plan step without a new podCIDR", args: []string{"--network", "10.240.0.0/12"}, setup: func(t *testing.T, e *env) []string {
+			dir := editedJournal(t, e, func(b string) string { return strings.Replace(b, `"10.244.3.0/24"`, ``, 1) })
+			return []string{"--journal", dir, "--apply", "--poll-interval", "10ms"}
+		}, code: exitBad, msg: []string{"invalid plan", "fix-plan", "steps[1] (node w4).newPodCIDRs has 0 entries"}},
 		{name: "journal fix plan truncated", args: []string{"--network", "10.240.0.0/12"}, setup: func(t *testing.T, e *env) []string {
 			dir := editedJournal(t, e, func(b string) string { return b[:len(b)/2] })
 			return []string{"--journal", dir, "--apply", "--poll-interval", "10ms"}
