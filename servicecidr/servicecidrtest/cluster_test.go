@@ -178,6 +178,7 @@ func TestServiceCIDRRulesOnEveryVersion(t *testing.T) {
 			case "v1alpha1":
 				_, err := c.Kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 				assert.True(t, apierrors.IsNotFound(err), "%v", err)
+				assert.ErrorContains(t, err, "the server could not find the requested resource (networking.k8s.io/v1, Resource=servicecidrs)")
 			}
 		})
 	}
@@ -193,6 +194,10 @@ func TestTerminatingServiceCIDRKeepsItsAddresses(t *testing.T) {
 	assert.NotNil(t, sc.DeletionTimestamp)
 	require.Len(t, sc.Status.Conditions, 1)
 	assert.Equal(t, "Terminating", sc.Status.Conditions[0].Reason)
+	st, ok := c.ServiceCIDR("kubernetes")
+	require.True(t, ok)
+	assert.True(t, st.Terminating)
+	assert.False(t, st.Ready)
 
 	// A Terminating range gives no new addresses.
 	_, err = c.Kube.CoreV1().Services("a").Create(ctx, svc("a", "more", "10.96.0.21"), metav1.CreateOptions{})
@@ -201,7 +206,7 @@ func TestTerminatingServiceCIDRKeepsItsAddresses(t *testing.T) {
 	// Once the last address moves, it goes.
 	require.NoError(t, c.Kube.CoreV1().Services("a").Delete(ctx, "web", metav1.DeleteOptions{}))
 	c.Reconcile()
-	_, ok := c.ServiceCIDR("kubernetes")
+	_, ok = c.ServiceCIDR("kubernetes")
 	assert.False(t, ok)
 }
 
