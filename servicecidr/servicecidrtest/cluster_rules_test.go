@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -263,15 +264,19 @@ func TestNodePortRules(t *testing.T) {
 	assert.Zero(t, got.Spec.Ports[0].NodePort)
 }
 
-// Services are listed by label; a field selector is refused, not ignored.
+// Services are listed by namespace (or in all of them) and label; a field
+// selector is refused, not ignored.
 func TestServiceListSelectors(t *testing.T) {
 	web := svc("a", "web", "10.96.0.20")
 	web.Labels = map[string]string{"app": "web"}
-	c := base(t, Options{Services: []*corev1.Service{web, svc("a", "db", "10.96.0.21")}})
+	c := base(t, Options{Services: []*corev1.Service{web, svc("a", "db", "10.96.0.21"), svc("b", "other", "10.96.0.22")}})
 	s := c.Kube.CoreV1().Services("a")
 	all, err := s.List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	assert.Len(t, all.Items, 2)
+	assert.Len(t, all.Items, 2, "namespace a")
+	every, err := c.Kube.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Len(t, every.Items, 3, "every namespace")
 	some, err := s.List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	require.NoError(t, err)
 	require.Len(t, some.Items, 1)
@@ -320,4 +325,54 @@ func TestNodePortRangeEndsAt32767(t *testing.T) {
 	got, err := c.Kube.CoreV1().Services("a").Create(ctx, last, metav1.CreateOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int32(32767), got.Spec.Ports[0].NodePort)
+}
+
+// A delete's preconditions are the API server's: a UID or resourceVersion
+// other than the object's is a conflict, and the object stays.
+func TestDeletePreconditions(t *testing.T) {
+	c := base(t, Options{Services: []*corev1.Service{svc("a", "web", "10.96.0.20")}})
+	s := c.Kube.CoreV1().Services("a")
+	live, err := s.Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, pre := range []metav1.Preconditions{{UID: ptr.To(types.UID("other"))}, {ResourceVersion: ptr.To("0")}} {
+		err := s.Delete(ctx, "web", metav1.DeleteOptions{Preconditions: &pre})
+		assert.True(t, apierrors.IsConflict(err), "%v", err)
+		assert.ErrorContains(t, err, "Precondition failed")
+		_, ok := c.Service("a", "web")
+		assert.True(t, ok)
+	}
+	require.NoError(t, s.Delete(ctx, "web", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &live.UID, ResourceVersion: &live.ResourceVersion}}))
+	_, ok := c.Service("a", "web")
+	assert.False(t, ok)
+}
+
+// kube-apiserver recreates the "kubernetes" ServiceCIDR from its flag
+// when it is gone; Services lists every Service sorted by namespace/name;
+// a ServiceCIDR holds at most two ranges.
+func TestKubernetesServiceCIDRRecreatedAndServicesSorted(t *testing.T) {
+	c := base(t, Options{APIServerRange: "10.96.0.0/16", ServiceCIDRs: []InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}, {Name: "new", CIDRs: []string{"10.100.0.0/16"}}},
+		Services: []*corev1.Service{svc("b", "web", "10.96.0.20"), svc("a", "zz", "10.96.0.21"), svc("a", "db", "10.96.0.22")}})
+	var names []string
+	for _, s := range c.Services() {
+		names = append(names, s.Namespace+"/"+s.Name)
+	}
+	assert.Equal(t, []string{"a/db", "a/zz", "b/web"}, names)
+
+	for _, n := range []string{"web", "zz", "db"} {
+		ns := "a"
+		if n == "web" {
+			ns = "b"
+		}
+		require.NoError(t, c.Kube.CoreV1().Services(ns).Delete(ctx, n, metav1.DeleteOptions{}))
+	}
+	require.NoError(t, c.Kube.NetworkingV1().ServiceCIDRs().Delete(ctx, "kubernetes", metav1.DeleteOptions{}))
+	c.Reconcile()
+	st, ok := c.ServiceCIDR("kubernetes")
+	require.True(t, ok, "recreated")
+	assert.Equal(t, []string{"10.96.0.0/16"}, st.CIDRs)
+	assert.False(t, st.Terminating)
+
+	_, err := c.Kube.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "three"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.1.0.0/16", "fd00::/108", "10.2.0.0/16"}}}, metav1.CreateOptions{})
+	assert.ErrorContains(t, err, "may only hold up to 2 values")
 }
