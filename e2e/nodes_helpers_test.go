@@ -374,6 +374,40 @@ func kwokNudge(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *co
 	}
 }
 
+// kwokNudger runs kwokNudge over every pod each second until stop is
+// called, for a program under test that waits for the pods of the nodes it
+// re-creates itself (a runbook's health check), while no test helper polls
+// them.
+func kwokNudger(t *testing.T, cs kubernetes.Interface) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		untouched := map[types.UID]time.Time{}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for i := range list.Items {
+				kwokNudge(t, ctx, cs, &list.Items[i], untouched)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // nodeE2EBuild builds an example program of the root module.
 func nodeE2EBuild(t *testing.T, name string) string {
 	t.Helper()

@@ -289,6 +289,9 @@ func flScenario(t *testing.T, killOn string, rewrite, dual bool) {
 	if rewrite {
 		args = append(args, "--rewrite-nodes", "--node-range", flNodeRange.String())
 	}
+	// The runbook's health check waits for the pods of every node it
+	// re-creates; kwok may never start some of them (kwokNudge).
+	defer kwokNudger(t, cs)()
 	runStart := time.Now()
 	var (
 		pauses, kills int
