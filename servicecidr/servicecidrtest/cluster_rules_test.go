@@ -102,6 +102,26 @@ func TestControllersActAfterTheirDelay(t *testing.T) {
 	require.Equal(t, n+2, c.Requests())
 }
 
+// The "kubernetes" ServiceCIDR that kube-apiserver recreates from its
+// flag is a new object: the controller marks it Ready ControllerDelay
+// requests after the request that recreated it, like any other.
+func TestRecreatedKubernetesServiceCIDRWaitsForTheController(t *testing.T) {
+	c := base(t, Options{ControllerDelay: 2, APIServerRange: "10.96.0.0/16",
+		ServiceCIDRs: []InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}, {Name: "new", CIDRs: []string{"10.100.0.0/16"}}}})
+	scs := c.Kube.NetworkingV1().ServiceCIDRs()
+	require.NoError(t, scs.Delete(ctx, "kubernetes", metav1.DeleteOptions{}))
+	n := c.Requests()
+	var seen []string
+	for c.Requests() < n+5 {
+		_, err := scs.Get(ctx, "new", metav1.GetOptions{})
+		require.NoError(t, err)
+		st, ok := c.ServiceCIDR("kubernetes")
+		seen = append(seen, fmt.Sprintf("n+%d %v %v %v", c.Requests()-n, ok, st.Terminating, st.Ready))
+	}
+	// Gone and recreated at n+2 (the delete's delay), Ready at n+4.
+	assert.Equal(t, []string{"n+1 true true false", "n+2 true false false", "n+3 true false false", "n+4 true false true", "n+5 true false true"}, seen)
+}
+
 // kube-apiserver's reconciler recreates default/kubernetes after a
 // delete; a cluster built without it stays without it.
 func TestNoKubernetesServiceUnlessOneWasDeleted(t *testing.T) {
