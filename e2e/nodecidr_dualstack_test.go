@@ -35,9 +35,10 @@ import (
 // fix plan that moves only the broken family of each node and keeps the
 // other, patches ds-7 with a pair and reorders ds-8 without changing its
 // subnets. After Apply and Verify every node holds a distinct pair, IPv4
-// first, each inside its family's cluster CIDR; kube-controller-manager
-// with dual-stack node IPAM on starts and gives a joining node a pair
-// nobody holds.
+// first, each inside its family's cluster CIDR. Then ds-9 joins with its
+// own pair IPv6 first and no other fault: the doctor plans its reorder
+// alone. After that plan, kube-controller-manager with dual-stack node IPAM
+// on starts and gives a joining node a pair nobody holds.
 func TestNodeCIDRDualStackDoctorAndFix(t *testing.T) {
 	skipInShortMode(t)
 	t.Parallel()
@@ -187,6 +188,35 @@ func TestNodeCIDRDualStackDoctorAndFix(t *testing.T) {
 	rep = nodeE2EDoctorReport{}
 	nodeE2EJSON(t, out, &rep)
 	assert.True(t, rep.Healthy)
+
+	// A node whose only fault is its order (kube-controller-manager would
+	// not start) gets a fix plan of its own: the same pair, reordered.
+	ds9 := harness.KwokNode("ds-9", map[string]string{"e2e.cidrshift.io/story": "dual-stack"})
+	pair9 := pair(200, 200)
+	ds9.Spec.PodCIDR, ds9.Spec.PodCIDRs = pair9[1], []string{pair9[1], pair9[0]}
+	nodeE2ECreateNodes(t, ctx, cs, []*corev1.Node{ds9})
+	out, code, proc = nodeE2ERun(t, doctor, "--kubeconfig", c.AdminKubeconfig(), "--cluster-cidr", clusterFlag,
+		"--node-mask", "24,64", "--service-cidr", serviceCIDR, "--pods=false", "-o", "json")
+	require.Equal(t, 1, code, "doctor with ds-9 out of order:\n%s", proc.output())
+	rep = nodeE2EDoctorReport{}
+	nodeE2EJSON(t, out, &rep)
+	assert.False(t, rep.ControllerManager.WouldStart)
+	assert.Equal(t, map[nodecidr.FindingKind][]string{nodecidr.FindingFamilyOrder: {"ds-9"}}, nodeE2EErrorFindings(rep.Audit.Findings))
+	require.NotEmpty(t, rep.FixPlan, "doctor printed no fix plan for a family-order error alone (error %q)", rep.FixPlanError)
+	fix9, err := nodecidr.DecodePlan(rep.FixPlan)
+	require.NoError(t, err)
+	require.Len(t, fix9.Steps, 1)
+	assert.Equal(t, "ds-9", fix9.Steps[0].Node)
+	assert.Equal(t, nodecidr.ActionRecreate, fix9.Steps[0].Action)
+	assert.Equal(t, pair9, fix9.Steps[0].NewPodCIDRs)
+	_, err = nodecidr.Apply(ctx, cs, fix9, nodecidr.ApplyOptions{JournalDir: journalDir + "-ds9", Note: "family order"})
+	require.NoError(t, err)
+	n9, err := cs.CoreV1().Nodes().Get(ctx, "ds-9", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, pair9, n9.Spec.PodCIDRs)
+	for _, s := range pair9 {
+		perFamily[netip.MustParsePrefix(s)] = "ds-9"
+	}
 
 	// kube-controller-manager with dual-stack node IPAM on starts and gives
 	// a joining node one subnet per family that no node holds.

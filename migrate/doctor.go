@@ -161,9 +161,12 @@ type DoctorReport struct {
 	ControllerManager cidr.PreflightResult `json:"controllerManager"`
 	// Proposed is the preflight of the flags DoctorOptions.Propose proposed.
 	Proposed *Proposal `json:"proposed,omitempty"`
-	// FixPlan moves every node with a missing, duplicated, overlapping or
-	// out-of-range podCIDR; new subnets come from free space inside flannel's
-	// Network or the enabled Calico pools when there are any.
+	// FixPlan moves every node with a missing, duplicated, overlapping,
+	// invalid or out-of-range podCIDR (new subnets come from free space
+	// inside flannel's Network or the enabled Calico pools when there are
+	// any), and re-creates a node whose podCIDRs are out of the cluster
+	// CIDRs' family order with the same subnets in order. It is made only
+	// when one of those is an error.
 	FixPlan      *nodecidr.Plan `json:"fixPlan,omitempty"`
 	FixPlanError string         `json:"fixPlanError,omitempty"`
 	// Repairs are the fixes of flannel backend mismatches.
@@ -316,8 +319,15 @@ func hasErrorOverlap(os []cidr.Overlap) bool {
 	return slices.ContainsFunc(os, func(o cidr.Overlap) bool { return o.Severity == cidr.SeverityError })
 }
 
+// planFixes are the node findings nodecidr's fix mode moves a node for:
+// an error of one of them makes the doctor plan.
+var planFixes = []nodecidr.FindingKind{nodecidr.FindingDuplicate, nodecidr.FindingMissing, nodecidr.FindingOverlap,
+	nodecidr.FindingOutOfRange, nodecidr.FindingInvalid, nodecidr.FindingFamilyOrder}
+
 func nodeFix(k nodecidr.FindingKind) string {
 	switch k {
+	case nodecidr.FindingFamilyOrder:
+		return "the fix plan re-creates the node with the same subnets in the cluster CIDRs' order; kube-controller-manager then starts"
 	case nodecidr.FindingDuplicate, nodecidr.FindingOverlap, nodecidr.FindingOutOfRange, nodecidr.FindingMissing, nodecidr.FindingInvalid:
 		return "the fix plan gives the node a free subnet (delete + recreate, or patch when it has none); then delete its cni0 bridge and restart its CNI agent and pods"
 	case nodecidr.FindingPodIPOutside:
@@ -958,7 +968,7 @@ func (d *diag) fixPlan() {
 	needs := false
 	for _, f := range d.r.Findings {
 		needs = needs || f.Severity == cidr.SeverityError && (f.Code == CodePodCIDROutsideFlannelNetwork ||
-			slices.Contains([]Code{Code(nodecidr.FindingDuplicate), Code(nodecidr.FindingMissing), Code(nodecidr.FindingOverlap), Code(nodecidr.FindingOutOfRange), Code(nodecidr.FindingInvalid)}, f.Code))
+			slices.Contains(planFixes, nodecidr.FindingKind(f.Code)))
 	}
 	if !needs {
 		return

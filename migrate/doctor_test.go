@@ -845,3 +845,51 @@ func TestDiagnoseNoFixPlanWithoutAStep(t *testing.T) {
 	assert.Nil(t, r.FixPlan)
 	assert.Empty(t, r.FixPlanError)
 }
+
+// TestDiagnoseFixPlanForFamilyOrder: a dual-stack node whose podCIDRs are
+// in the other order than the cluster CIDRs is an error (kube-proxy and
+// the CNI plugins read podCIDRs[0] as the primary family), and nodecidr's
+// fix mode moves it by re-creating it with the same subnets in the
+// cluster's order: the doctor offers that plan.
+func TestDiagnoseFixPlanForFamilyOrder(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:] // no Calico: flannel alone
+	c.pods[1].Spec.Containers[0].Command = []string{"kube-controller-manager", "--allocate-node-cidrs=true",
+		"--cluster-cidr=10.244.0.0/16,fd00:10:244::/56", "--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64", "--service-cluster-ip-range=10.96.0.0/12"}
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","EnableIPv6":true,"Backend":{"Type":"vxlan"}}`
+	c.cms["kube-proxy"].Data["config.conf"] = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/16,fd00:10:244::/56\n"
+	c.cms["kubeadm-config"].Data["ClusterConfiguration"] = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16,fd00:10:244::/56\n  serviceSubnet: 10.96.0.0/12\n"
+	for i, n := range c.nodes {
+		n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "fd00:10:244:"+strconv.Itoa(i+1)+"::/64")
+	}
+	c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "fd00:10:244:3::/64", []string{"fd00:10:244:3::/64", "10.244.2.0/24"}
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	fo := r.With(Code(nodecidr.FindingFamilyOrder))
+	require.Len(t, fo, 2, "%v", codes(r)) // one per position
+	assert.Equal(t, cidr.SeverityError, fo[0].Severity)
+	assert.Equal(t, []Code{Code(nodecidr.FindingFamilyOrder), Code(nodecidr.FindingFamilyOrder)}, codes(r))
+	assert.Contains(t, fo[0].Fix, "re-creates the node with the same subnets in the cluster CIDRs' order")
+	require.NotNil(t, r.FixPlan, "fix plan: %q; findings %v", r.FixPlanError, codes(r))
+	require.Len(t, r.FixPlan.Steps, 1)
+	st := r.FixPlan.Steps[0]
+	assert.Equal(t, "c", st.Node)
+	assert.Equal(t, nodecidr.ActionRecreate, st.Action)
+	assert.Equal(t, []string{"10.244.2.0/24", "fd00:10:244:3::/64"}, st.NewPodCIDRs)
+}
+
+// TestDiagnoseNoFixPlanForOtherErrors: errors that no node move fixes (here
+// kube-controller-manager's mask wider than its cluster CIDR, which stops
+// it at start-up) ask for no fix plan, and so report no failure to make
+// one either.
+func TestDiagnoseNoFixPlanForOtherErrors(t *testing.T) {
+	c := newDoctorCluster()
+	c.pods[1].Spec.Containers[0].Command = []string{"kube-controller-manager", "--allocate-node-cidrs=true",
+		"--cluster-cidr=10.244.0.0/16", "--node-cidr-mask-size=8", "--service-cluster-ip-range=10.96.0.0/12"}
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	assert.False(t, r.ControllerManager.WouldStart)
+	assert.NotZero(t, r.Count(cidr.SeverityError), "%v", codes(r))
+	assert.Nil(t, r.FixPlan)
+	assert.Empty(t, r.FixPlanError)
+}
