@@ -63,6 +63,16 @@ func gatedAgentsOn(kube kubernetes.Interface, open func(node string) bool, nodes
 			}
 		}()
 	}
+	// Every agent holds its Lease before the caller goes on: a run that
+	// looked for an agent before its goroutine first ran would find none.
+	leases := kube.CoordinationV1().Leases(migrate.DefaultAgentNamespace)
+	for _, node := range nodes {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, err := leases.Get(ctx, migrate.AgentLeasePrefix+node, metav1.GetOptions{}); err == nil {
+				break
+			}
+		}
+	}
 	return func() map[string][]migrate.HostRequest {
 			mu.Lock()
 			defer mu.Unlock()
