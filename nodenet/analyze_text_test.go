@@ -100,3 +100,44 @@ func TestAnalyzeRoutesInOrder(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 }
+
+// TestAnalyzeReservationOwnedByContainerID: a live pod known only by its
+// sandbox ID (no address yet in the list) still owns its reservation.
+func TestAnalyzeReservationOwnedByContainerID(t *testing.T) {
+	s := baseSnapshot()
+	s.reservations = []reservation{{path: "/var/lib/cni/networks/cbr0/10.244.3.7", ip: addr("10.244.3.7"), containerID: "c1"}}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW,
+		LivePodsComplete: true, LivePods: []Pod{{Name: "default/web", ContainerID: "c1"}, {Name: "default/other", IP: addr("10.244.9.4")}}})
+	r := analyze(w, s)
+	assert.Contains(t, codeList(r), string(CodeReservationLive))
+	assert.NotContains(t, codeList(r), string(CodeReservationLeaked))
+
+	w.LivePods = []Pod{{Name: "default/other", ContainerID: "c2"}}
+	assert.Contains(t, codeList(analyze(w, s)), string(CodeReservationLeaked), "another sandbox's pod does not own it")
+}
+
+// TestAnalyzeOldPodRangeFromARule: a judged rule that names
+// a node-sized subnet of the old network or the current one, other than
+// the node's and its peers' (here a keep rule left by an
+// earlier move) makes that subnet an old pod range.
+func TestAnalyzeOldPodRangeFromARule(t *testing.T) {
+	s := baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=172.7.0.0/16\nFLANNEL_SUBNET=172.7.5.1/24\n")
+	s.bridge.addrs = []netip.Prefix{pfx("10.20.5.1/24")}
+	s.chains[chainKey(tableNAT, ChainFlannelPostrouting)] = []Rule{
+		rule(tableNAT, ChainFlannelPostrouting, `-s 172.7.8.0/24 -d 10.20.0.0/16 -m comment --comment "`+keepComment+`" -j RETURN`),
+	}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.20.5.0/24"), Network: pfx("10.20.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
+	r := analyze(w, s)
+	assert.Equal(t, []netip.Prefix{pfx("172.7.0.0/16")}, r.OldNetworks)
+	assert.Contains(t, r.OldPodCIDRs, pfx("172.7.8.0/24"))
+
+	// The same inside the current network (a move of the podCIDR alone).
+	s.envData = []byte("FLANNEL_NETWORK=10.20.0.0/16\nFLANNEL_SUBNET=10.20.5.1/24\n")
+	s.chains[chainKey(tableNAT, ChainFlannelPostrouting)] = []Rule{
+		rule(tableNAT, ChainFlannelPostrouting, `-s 10.20.8.0/24 -d 10.20.0.0/16 -m comment --comment "`+keepComment+`" -j RETURN`),
+	}
+	r = analyze(w, s)
+	assert.Empty(t, r.OldNetworks)
+	assert.Equal(t, []netip.Prefix{pfx("10.20.8.0/24")}, r.OldPodCIDRs)
+}
