@@ -141,3 +141,25 @@ func TestAnalyzeOldPodRangeFromARule(t *testing.T) {
 	assert.Empty(t, r.OldNetworks)
 	assert.Equal(t, []netip.Prefix{pfx("10.20.8.0/24")}, r.OldPodCIDRs)
 }
+
+// TestAnalyzeRuleRewriteKeepsTheHostPart: a rule naming one address of the
+// old pod range is rewritten to the same host in the new podCIDR, not to
+// the whole podCIDR.
+func TestAnalyzeRuleRewriteKeepsTheHostPart(t *testing.T) {
+	s := baseSnapshot()
+	s.envData = []byte("FLANNEL_NETWORK=172.7.0.0/16\nFLANNEL_SUBNET=172.7.5.1/24\n")
+	s.bridge.addrs = []netip.Prefix{pfx("10.20.5.1/24")}
+	s.chains[chainKey(tableNAT, chainPostrouting)] = []Rule{
+		rule(tableNAT, chainPostrouting, "-s 172.7.5.7/32 -j SNAT --to-source 192.0.2.1"),
+	}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.20.5.0/24"), Network: pfx("10.20.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
+	var fix []Action
+	for _, f := range analyze(w, s).Findings {
+		if f.Object == "rule nat POSTROUTING #1" {
+			fix = f.Fix
+		}
+	}
+	require.Len(t, fix, 2)
+	assert.Equal(t, ActionInsertRule, fix[0].Kind)
+	assert.Equal(t, "-s 10.20.5.7/32 -j SNAT --to-source 192.0.2.1", joinSpec(fix[0].Rule.Spec))
+}

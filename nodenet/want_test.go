@@ -179,6 +179,12 @@ func TestParseRuleLine(t *testing.T) {
 	_, _, ok, err = parseRuleLine("-N FLANNEL-FWD")
 	assert.NoError(t, err)
 	assert.False(t, ok)
+	// A rule with no match and no target (it only counts packets) is a rule.
+	chain, spec, ok, err = parseRuleLine("-A FORWARD")
+	assert.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "FORWARD", chain)
+	assert.Empty(t, spec)
 	_, _, _, err = parseRuleLine(`-A X --comment "open`)
 	assert.Error(t, err)
 }
