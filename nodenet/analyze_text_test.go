@@ -153,13 +153,23 @@ func TestAnalyzeRuleRewriteKeepsTheHostPart(t *testing.T) {
 		rule(tableNAT, chainPostrouting, "-s 172.7.5.7/32 -j SNAT --to-source 192.0.2.1"),
 	}
 	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.20.5.0/24"), Network: pfx("10.20.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
-	var fix []Action
-	for _, f := range analyze(w, s).Findings {
-		if f.Object == "rule nat POSTROUTING #1" {
-			fix = f.Fix
+	rule1 := func() Finding {
+		t.Helper()
+		for _, f := range analyze(w, s).Findings {
+			if f.Object == "rule nat POSTROUTING #1" {
+				return f
+			}
 		}
+		require.Fail(t, "no finding of rule nat POSTROUTING #1")
+		return Finding{}
 	}
-	require.Len(t, fix, 2)
-	assert.Equal(t, ActionInsertRule, fix[0].Kind)
-	assert.Equal(t, "-s 10.20.5.7/32 -j SNAT --to-source 192.0.2.1", joinSpec(fix[0].Rule.Spec))
+	f := rule1()
+	require.Len(t, f.Fix, 2)
+	assert.Equal(t, ActionInsertRule, f.Fix[0].Kind)
+	assert.Equal(t, "-s 10.20.5.7/32 -j SNAT --to-source 192.0.2.1", joinSpec(f.Fix[0].Rule.Spec))
+	assert.Equal(t, "-t nat -A POSTROUTING -s 172.7.5.7/32 -j SNAT --to-source 192.0.2.1 names the old range 172.7.5.0/24", f.Message)
+
+	// While a live pod holds an old address the message says why the rule stays.
+	w.LivePods = []Pod{{Name: "default/old", IP: addr("172.7.5.9")}}
+	assert.Equal(t, "-t nat -A POSTROUTING -s 172.7.5.7/32 -j SNAT --to-source 192.0.2.1 names the old range 172.7.5.0/24; live pods still use it (default/old), so it stays until they move", rule1().Message)
 }
