@@ -3,6 +3,7 @@ package nodenet
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -115,6 +116,10 @@ func TestParseCNIConfig(t *testing.T) {
 			CNIConfig{Name: "n", Plugin: "bridge", Bridge: "cni0", IPAM: "host-local", Subnets: []netip.Prefix{pfx("10.1.2.0/24"), pfx("fd00::/64")}}},
 		"other ipam": {`{"name":"n","type":"bridge","ipam":{"type":"whereabouts"}}`,
 			CNIConfig{Name: "n", Plugin: "bridge", Bridge: "cni0", IPAM: "whereabouts"}},
+		// host-local's directory is named after the network: a file name
+		// of at most 255 bytes.
+		"longest name": {`{"name":"` + strings.Repeat("n", 255) + `","type":"bridge"}`,
+			CNIConfig{Name: strings.Repeat("n", 255), Plugin: "bridge", Bridge: "cni0", IPAM: "host-local"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := ParseCNIConfig([]byte(tc.in))
@@ -126,6 +131,7 @@ func TestParseCNIConfig(t *testing.T) {
 		"not json":         {`{`, "(file)"},
 		"no name":          {`{"type":"bridge"}`, "name"},
 		"traversal name":   {`{"name":"../etc","type":"bridge"}`, "name"},
+		"name too long":    {`{"name":"` + strings.Repeat("n", 256) + `","type":"bridge"}`, "name"},
 		"no bridge plugin": {`{"name":"n","plugins":[{"type":"calico"}]}`, "plugins"},
 		"other type":       {`{"name":"n","type":"ptp"}`, "type"},
 		"bad delegate":     {`{"name":"n","type":"flannel","delegate":{"type":"ipvlan"}}`, "delegate.type"},
@@ -175,6 +181,7 @@ func TestParseRuleLine(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `a "q" \ b`, spec[3])
 	assert.Equal(t, []ruleCIDR{{index: 5, prefix: pfx("10.0.0.1/32")}}, ruleCIDRs(spec))
+	assert.Empty(t, ruleCIDRs([]string{"-j", "ACCEPT", "-s"}), "a match with no value names nothing")
 
 	_, _, ok, err = parseRuleLine("-N FLANNEL-FWD")
 	assert.NoError(t, err)
