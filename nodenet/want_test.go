@@ -116,6 +116,10 @@ func TestParseCNIConfig(t *testing.T) {
 			CNIConfig{Name: "n", Plugin: "bridge", Bridge: "cni0", IPAM: "host-local", Subnets: []netip.Prefix{pfx("10.1.2.0/24"), pfx("fd00::/64")}}},
 		"other ipam": {`{"name":"n","type":"bridge","ipam":{"type":"whereabouts"}}`,
 			CNIConfig{Name: "n", Plugin: "bridge", Bridge: "cni0", IPAM: "whereabouts"}},
+		"flannel without delegate": {`{"name":"cbr0","type":"flannel"}`,
+			CNIConfig{Name: "cbr0", Plugin: "flannel", Bridge: "cni0", IPAM: "host-local"}},
+		"flannel with null delegate": {`{"name":"cbr0","type":"flannel","delegate":null}`,
+			CNIConfig{Name: "cbr0", Plugin: "flannel", Bridge: "cni0", IPAM: "host-local"}},
 		// host-local's directory is named after the network: a file name
 		// of at most 255 bytes.
 		"longest name": {`{"name":"` + strings.Repeat("n", 255) + `","type":"bridge"}`,
@@ -182,6 +186,8 @@ func TestParseRuleLine(t *testing.T) {
 	assert.Equal(t, `a "q" \ b`, spec[3])
 	assert.Equal(t, []ruleCIDR{{index: 5, prefix: pfx("10.0.0.1/32")}}, ruleCIDRs(spec))
 	assert.Empty(t, ruleCIDRs([]string{"-j", "ACCEPT", "-s"}), "a match with no value names nothing")
+	assert.Empty(t, ruleTarget([]string{"-s", "10.0.0.0/8", "-j"}), "a -j with no value is no target")
+	assert.False(t, hasComment([]string{"-j", "RETURN", "--comment"}, ""), "a --comment with no value is no comment")
 
 	_, _, ok, err = parseRuleLine("-N FLANNEL-FWD")
 	assert.NoError(t, err)
