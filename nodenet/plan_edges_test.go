@@ -2,6 +2,7 @@ package nodenet
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,4 +83,49 @@ func TestAnalyzeTransitionRouteLeft(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"route 10.244.7.0/24"}, got)
+}
+
+// TestAnalyzeTransitionRouteLeftHostGW: the same with host-gw, where the
+// route leads to the peer's underlay address.
+func TestAnalyzeTransitionRouteLeftHostGW(t *testing.T) {
+	s := baseSnapshot()
+	via := func(dst, gw string) Route { return Route{Dst: pfx(dst), Gw: addr(gw), Dev: "eth0"} }
+	s.routes = []Route{via("10.244.5.0/24", "192.0.2.5"), via("10.244.6.0/24", "192.0.2.5"), via("10.244.7.0/24", "192.0.2.5"), via("10.244.8.0/24", "192.0.2.8")}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW,
+		Peers: []Peer{{Name: "n2", PodCIDR: pfx("10.244.5.0/24"), PublicIP: addr("192.0.2.5"), OldPodCIDRs: []netip.Prefix{pfx("10.244.6.0/24")}}}})
+	var got []string
+	for _, f := range analyze(w, s).Findings {
+		if f.Code == CodeTransitionRouteLeft {
+			got = append(got, f.Object)
+		}
+	}
+	assert.Equal(t, []string{"route 10.244.7.0/24"}, got, "not 10.244.8.0/24: it leads to no listed peer")
+}
+
+// TestNameLimits: an interface name has at most 15 bytes (IFNAMSIZ), a
+// node name at most 253.
+func TestNameLimits(t *testing.T) {
+	assert.True(t, validIfName(strings.Repeat("i", 15)))
+	assert.False(t, validIfName(strings.Repeat("i", 16)))
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "."
+	w := Want{PodCIDR: pfx("10.244.9.0/24")}
+	w.Node = long + strings.Repeat("d", 61)
+	_, err := w.normalize()
+	require.NoError(t, err, "253 bytes")
+	w.Node = long + strings.Repeat("d", 62)
+	_, err = w.normalize()
+	var fe *FieldError
+	require.ErrorAs(t, err, &fe, "254 bytes")
+	assert.Equal(t, "Want.Node", fe.Field)
+}
+
+// TestPlanFieldNames: the helpers that name an action's object in a plan
+// error take a missing object.
+func TestPlanFieldNames(t *testing.T) {
+	assert.Empty(t, envSubnet(nil))
+	assert.Equal(t, "10.244.9.1/24", envSubnet(&EnvChange{Subnet: pfx("10.244.9.1/24")}))
+	assert.Empty(t, routeDst(nil))
+	assert.Equal(t, "10.244.5.0/24", routeDst(&Route{Dst: pfx("10.244.5.0/24")}))
+	assert.Empty(t, ruleName(nil))
+	assert.Equal(t, "nat POSTROUTING", ruleName(&Rule{Table: tableNAT, Chain: chainPostrouting}))
 }
