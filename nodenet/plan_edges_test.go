@@ -103,7 +103,7 @@ func TestAnalyzeTransitionRouteLeftHostGW(t *testing.T) {
 }
 
 // TestNameLimits: an interface name has at most 15 bytes (IFNAMSIZ), a
-// node name at most 253.
+// node name at most 253; a podCIDR is /30 or wider.
 func TestNameLimits(t *testing.T) {
 	assert.True(t, validIfName(strings.Repeat("i", 15)))
 	assert.False(t, validIfName(strings.Repeat("i", 16)))
@@ -117,6 +117,19 @@ func TestNameLimits(t *testing.T) {
 	var fe *FieldError
 	require.ErrorAs(t, err, &fe, "254 bytes")
 	assert.Equal(t, "Want.Node", fe.Field)
+
+	// A podCIDR, old or new, of /30 is the narrowest: a gateway and pods.
+	w = Want{Node: "n1", PodCIDR: pfx("10.244.9.0/30"), OldPodCIDR: pfx("10.244.3.0/30")}
+	_, err = w.normalize()
+	require.NoError(t, err)
+	w.PodCIDR = pfx("10.244.9.0/31")
+	_, err = w.normalize()
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "Want.PodCIDR", fe.Field)
+	w.PodCIDR, w.OldPodCIDR = pfx("10.244.9.0/30"), pfx("10.244.3.0/31")
+	_, err = w.normalize()
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "Want.OldPodCIDR", fe.Field)
 }
 
 // TestPlanFieldNames: the helpers that name an action's object in a plan
