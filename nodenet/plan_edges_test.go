@@ -142,3 +142,21 @@ func TestPlanFieldNames(t *testing.T) {
 	assert.Empty(t, ruleName(nil))
 	assert.Equal(t, "nat POSTROUTING", ruleName(&Rule{Table: tableNAT, Chain: chainPostrouting}))
 }
+
+// TestPlanRetiredFollowsTheContent: what an action takes away is read from
+// what it does, not only from its Retires, so an edited plan that empties
+// Retires still waits for the old pods: the old gateways a delete-transition
+// removes, the ranges a deleted rule names; a VTEP's address retires
+// nothing.
+func TestPlanRetiredFollowsTheContent(t *testing.T) {
+	p := validPlan()
+	old := []netip.Prefix{pfx("10.244.3.0/24")}
+	assert.Equal(t, old, p.retired(&Action{Kind: ActionDeleteTransition, Link: "cni0-old", Peer: "cni0-olp", Remove: []netip.Prefix{pfx("10.244.3.1/24")}}))
+	assert.Equal(t, old, p.retired(&Action{Kind: ActionDeleteRule, Rule: &Rule{Table: tableNAT, Chain: chainPostrouting, Spec: []string{"-s", "10.244.3.0/24", "-j", "MASQUERADE"}}}))
+	assert.Equal(t, old, p.retired(&Action{Kind: ActionSetAddress, Link: "cni0", Add: pfx("10.244.9.1/24"), Remove: []netip.Prefix{pfx("10.244.3.1/24")}}))
+	assert.Empty(t, p.retired(&Action{Kind: ActionSetAddress, Link: "flannel.1", Add: pfx("10.244.9.0/32"), Remove: []netip.Prefix{pfx("10.244.3.0/32")}}))
+
+	p.LivePods = []Pod{{Name: "default/old", IP: addr("10.244.3.7")}}
+	assert.NotEmpty(t, p.deferral(&Action{Kind: ActionDeleteRule, Rule: &Rule{Table: tableNAT, Chain: chainPostrouting, Spec: []string{"-s", "10.244.3.0/24", "-j", "MASQUERADE"}}}, nil),
+		"a rule of the old range waits for its pods, Retires empty or not")
+}

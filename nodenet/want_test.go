@@ -200,6 +200,8 @@ func TestParseRuleLine(t *testing.T) {
 	assert.Empty(t, spec)
 	_, _, _, err = parseRuleLine(`-A X --comment "open`)
 	assert.Error(t, err)
+	_, _, _, err = parseRuleLine(`-A X --comment "open\`)
+	assert.Error(t, err, "a quoted backslash at the end of the line escapes nothing")
 }
 
 // TestHasNetAdmin reads CAP_NET_ADMIN from /proc/PID/status.
