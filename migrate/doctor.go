@@ -325,12 +325,12 @@ var planFixes = []nodecidr.FindingKind{nodecidr.FindingDuplicate, nodecidr.Findi
 	nodecidr.FindingOutOfRange, nodecidr.FindingInvalid, nodecidr.FindingFamilyOrder}
 
 func nodeFix(k nodecidr.FindingKind) string {
-	switch k {
-	case nodecidr.FindingFamilyOrder:
+	switch {
+	case k == nodecidr.FindingFamilyOrder:
 		return "the fix plan re-creates the node with the same subnets in the cluster CIDRs' order; kube-controller-manager then starts"
-	case nodecidr.FindingDuplicate, nodecidr.FindingOverlap, nodecidr.FindingOutOfRange, nodecidr.FindingMissing, nodecidr.FindingInvalid:
+	case slices.Contains(planFixes, k):
 		return "the fix plan gives the node a free subnet (delete + recreate, or patch when it has none); then delete its cni0 bridge and restart its CNI agent and pods"
-	case nodecidr.FindingPodIPOutside:
+	case k == nodecidr.FindingPodIPOutside:
 		return "restart the pods: they keep addresses from a subnet the node no longer holds"
 	}
 	return ""
