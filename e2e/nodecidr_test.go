@@ -1103,7 +1103,9 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 		assert.False(t, after[name].Spec.Unschedulable, "node %s left cordoned", name)
 	}
 	// --delete-pods deleted the pods on every moved node; the Deployment's
-	// replacements run with addresses from the new range.
+	// replacements run with addresses from the new range. They are bound to
+	// re-created nodes, so kwok may never start one of them (kwokNudge).
+	untouched := map[types.UID]time.Time{}
 	poll(t, 90*time.Second, "web pods in the new range", func(ctx context.Context) error {
 		list, err := admin.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
@@ -1111,7 +1113,9 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 		}
 		ready := 0
 		var others []string
-		for _, p := range list.Items {
+		for i := range list.Items {
+			p := &list.Items[i]
+			kwokNudge(t, ctx, admin, p, untouched)
 			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 				why := ""
 				for _, c := range p.Status.Conditions {
