@@ -305,6 +305,7 @@ func Diagnose(ctx context.Context, s *Snapshot, opts DoctorOptions) (*DoctorRepo
 	d.config(opts)
 	d.conflicts()
 	d.fixPlan()
+	d.fixWithoutPlan()
 	d.ranges()
 
 	rank := map[cidr.Severity]int{cidr.SeverityError: 0, cidr.SeverityWarning: 1, cidr.SeverityInfo: 2}
@@ -506,7 +507,7 @@ func (d *diag) flannel() {
 		switch f.Kind {
 		case flannel.FindingPodCIDROutside:
 			d.add(DoctorFinding{Code: CodePodCIDROutsideFlannelNetwork, Severity: cidr.SeverityError, Objects: objs, Message: fmt.Sprintf("node %s: %s", strings.Join(f.Nodes, ", "), f.Detail),
-				Fix: "the fix plan gives the node a free subnet inside the Network"})
+				Fix: "the fix plan gives the node a free subnet inside the Network; then delete its cni0 bridge and restart its flanneld and pods"})
 		case flannel.FindingDuplicatePublicIP:
 			d.add(DoctorFinding{Code: CodeFlannelPublicIPDuplicate, Severity: cidr.SeverityError, Objects: nodeRefs(f.Nodes), Message: f.Detail,
 				Fix: "give each node its own address: correct the nodes' " + keys.PublicIP + " (or " + keys.PublicIPOverwrite + ") annotation and restart their flanneld"})
@@ -1001,6 +1002,29 @@ func (d *diag) fixPlan() {
 		d.r.FixPlanError = err.Error()
 	case len(plan.Steps) > 0:
 		d.r.FixPlan = plan
+	}
+}
+
+// fixWithoutPlan rewrites the Fix of the findings that point at the fix
+// plan when there is none, so that no finding sends the reader to a plan the
+// report does not hold: with a plan error they name it, and a node outside
+// flannel's Network that no move fixes (the Network lies apart from the
+// cluster CIDR) is sent to net-conf.json.
+func (d *diag) fixWithoutPlan() {
+	if d.r.FixPlan != nil {
+		return
+	}
+	for i := range d.r.Findings {
+		f := &d.r.Findings[i]
+		if f.Code != CodePodCIDROutsideFlannelNetwork && !slices.Contains(planFixes, nodecidr.FindingKind(f.Code)) {
+			continue
+		}
+		switch {
+		case d.r.FixPlanError != "":
+			f.Fix = "no fix plan could be made: " + d.r.FixPlanError
+		case f.Code == CodePodCIDROutsideFlannelNetwork:
+			f.Fix = "no node move fixes it, the node is inside the cluster CIDR: make flannel's Network in net-conf.json and the cluster CIDR agree"
+		}
 	}
 }
 

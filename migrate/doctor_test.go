@@ -668,7 +668,10 @@ func TestDiagnoseFixPlanStaysInsideFlannelsNetwork(t *testing.T) {
 	r := diagnoseFlannelNetwork(t, "10.244.0.0/24")
 	require.Len(t, r.With(CodePodCIDROutsideFlannelNetwork), 2)
 	assert.Nil(t, r.FixPlan)
-	assert.NotEmpty(t, r.FixPlanError)
+	require.NotEmpty(t, r.FixPlanError)
+	for _, f := range r.With(CodePodCIDROutsideFlannelNetwork) {
+		assert.Equal(t, "no fix plan could be made: "+r.FixPlanError, f.Fix, "no finding points at a plan the report does not hold")
+	}
 }
 
 // TestDiagnoseAddressMapMarksConflicts: the ranges of an error overlap of
@@ -844,6 +847,30 @@ func TestDiagnoseNoFixPlanWithoutAStep(t *testing.T) {
 	assert.Len(t, r.With(Code(kubeadmcfg.CodeClusterCIDROutsideNetwork)), 1)
 	assert.Nil(t, r.FixPlan)
 	assert.Empty(t, r.FixPlanError)
+	for _, f := range r.With(CodePodCIDROutsideFlannelNetwork) {
+		assert.Contains(t, f.Fix, "no node move fixes it", "no finding points at a plan the report does not hold")
+		assert.Contains(t, f.Fix, "net-conf.json")
+	}
+}
+
+// TestDiagnoseFixPointsAtThePlanItMade: flannel's Network is narrower than
+// the cluster CIDR, node c lies outside it, and it has room for c; the
+// plan moves c inside, and the finding says so.
+func TestDiagnoseFixPointsAtThePlanItMade(t *testing.T) {
+	c := newDoctorCluster()
+	c.dyn = c.dyn[2:]
+	c.nodes[2].Spec.PodCIDR, c.nodes[2].Spec.PodCIDRs = "10.244.8.0/24", []string{"10.244.8.0/24"}
+	c.cms["kube-flannel-cfg"].Data["net-conf.json"] = `{"Network":"10.244.0.0/22","Backend":{"Type":"vxlan"}}`
+	r, err := Diagnose(context.Background(), c.live(t), DoctorOptions{})
+	require.NoError(t, err)
+	fs := r.With(CodePodCIDROutsideFlannelNetwork)
+	require.Len(t, fs, 1)
+	require.NotNil(t, r.FixPlan, "plan error: %s", r.FixPlanError)
+	require.Len(t, r.FixPlan.Steps, 1)
+	assert.Equal(t, "c", r.FixPlan.Steps[0].Node)
+	for _, f := range fs {
+		assert.Equal(t, "the fix plan gives the node a free subnet inside the Network; then delete its cni0 bridge and restart its flanneld and pods", f.Fix)
+	}
 }
 
 // TestDiagnoseFixPlanForFamilyOrder: a dual-stack node whose podCIDRs are
