@@ -71,6 +71,7 @@ func TestApplyRetriesWithADoublingBackoff(t *testing.T) {
 // TestApplyRetriesAfterTheDefaultPollIntervalWhenUnset: a zero PollInterval
 // means the default second between retries, not a busy loop.
 func TestApplyRetriesAfterTheDefaultPollIntervalWhenUnset(t *testing.T) {
+	t.Parallel() // a second of waiting
 	cl, c := newStory3(t, "v1")
 	p, err := c.Plan(context.Background(), story3PlanOptions())
 	require.NoError(t, err)
@@ -422,6 +423,7 @@ func TestRecoverReportsDefaultKubernetesWhateverTheNumberOfServiceRecords(t *tes
 // ignores the context). Half a second of margin on each side, for a loaded
 // machine.
 func TestApplyKeepsRetryingTheCreateForTheWholeRetryTimeout(t *testing.T) {
+	t.Parallel() // six seconds of waiting
 	cl, c := newStory3(t, "v1")
 	p, err := c.Plan(context.Background(), story3PlanOptions())
 	require.NoError(t, err)

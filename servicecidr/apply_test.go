@@ -207,6 +207,7 @@ func TestStory3EndToEnd(t *testing.T) {
 // restarted with DisableAllocatorDualWrite=true (the plan's manual step), the
 // same Apply finishes.
 func TestStory3On133NeedsTheDualWriteGate(t *testing.T) {
+	t.Parallel() // two seconds of waiting
 	ctx := context.Background()
 	o := story3Options("v1")
 	o.GitVersion, o.DualWrite, o.APIServerRange = "v1.33.13", true, "100.64.0.0/13"

@@ -27,6 +27,7 @@ func TestApplySurvivesACrashAtEveryRequest(t *testing.T) {
 	for _, v := range []string{"v1", "v1alpha1"} {
 		for _, lose := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/answerLost=%v", v, lose), func(t *testing.T) {
+				t.Parallel() // each has its own fake; most of the time is waits
 				crashEveryRequest(t, v, lose)
 			})
 		}
