@@ -548,6 +548,10 @@ func TestFlannelPreflightRefusals(t *testing.T) {
 		{"node mask wider than the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 15 }, true, "--node-mask 15: a node subnet /15 is larger than the Network 10.244.0.0/16"},
 		{"node mask as wide as the Network", func(o *migrate.FlannelPodCIDROptions) { o.NodeMask = 16 }, false, "2 nodes (w3, w4) need a new /16 but 10.244.0.0/16 has none left"},
 		{"no kube-controller-manager manifest", func(o *migrate.FlannelPodCIDROptions) { o.Manifests = t.TempDir() }, true, "kube-controller-manager.yaml: open"},
+		{"a Network that does not hold the current one", func(o *migrate.FlannelPodCIDROptions) { o.Network = netip.MustParsePrefix("10.250.0.0/16") }, true,
+			"--network 10.250.0.0/16 must strictly contain the current Network 10.244.0.0/16, so no node's podCIDR is outside it during the move (e.g. 10.244.0.0/14)"},
+		{"--from another Network than net-conf.json's", func(o *migrate.FlannelPodCIDROptions) { o.From = netip.MustParsePrefix("10.245.0.0/16") }, true,
+			"--from 10.245.0.0/16: net-conf.json in ConfigMap kube-flannel/kube-flannel-cfg holds Network 10.244.0.0/16; --from must be the Network in use"},
 		{"kubeadm's serviceSubnet elsewhere", kubeadmConfig("10.96.0.0/12"), false, ""},
 		{"kubeadm's serviceSubnet inside the new Network", kubeadmConfig("10.241.0.0/16"), true, "the kubeadm ConfigMaps set to podSubnet 10.240.0.0/12 would hold a layout the components refuse: error overlap: error: cluster-cidr 10.240.0.0/12 (target pod CIDR) contains service-cidr 10.241.0.0/16 (target Service CIDR)"},
 	} {
