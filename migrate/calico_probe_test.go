@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -76,9 +77,13 @@ func TestCalicoPodCIDRProbeNodeObservesTheNewFlag(t *testing.T) {
 			o.ProbeNode, o.ProbeTimeout = true, 30*time.Millisecond
 			m, err := migrate.CalicoPodCIDR(o)
 			require.NoError(t, err)
-			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(context.Background(), m)
+			var progress []string
+			rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j"),
+				Progress: func(l string) { progress = append(progress, l) }}).Run(context.Background(), m)
 			require.NoError(t, err)
 			assert.Equal(t, 1, *created, "one probe Node")
+			assert.Contains(t, progress, "  probe Node cidrshift-probe created")
+			assert.NotContains(t, strings.Join(progress, "\n"), "not deleted", "the probe was deleted without error")
 			_, err = cl.Kube.CoreV1().Nodes().Get(context.Background(), migrate.CalicoProbeNodeName, metav1.GetOptions{})
 			assert.True(t, apierrors.IsNotFound(err), "the probe Node is deleted: %v", err)
 			flags := rep.Steps[5]
@@ -250,6 +255,39 @@ func TestCalicoPodCIDRMoveStepWaitsWhileTheOldPoolHoldsALeakedAllocation(t *test
 	move := rep.Steps[6]
 	require.Equal(t, migrate.CalicoStepMove, move.Name)
 	assert.Equal(t, migrate.StatusFailed, move.Status)
+	_, err = cl.Pools.Get(ctx, "default-ipv4-ippool")
+	assert.NoError(t, err, "the old pool stays")
+}
+
+// TestCalicoPodCIDRDeleteStepReportsTheAPIError: the API server refuses to
+// delete the old pool; the delete step fails with its error, and the pool
+// stays.
+func TestCalicoPodCIDRDeleteStepReportsTheAPIError(t *testing.T) {
+	ctx := context.Background()
+	cl, _ := calTestCluster(t, nil)
+	dyn, ok := cl.Dynamic.(*dynamicfake.FakeDynamicClient)
+	require.True(t, ok)
+	dyn.PrependReactor("delete", "ippools", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+	})
+	m, err := migrate.CalicoPodCIDR(calOptions(cl))
+	require.NoError(t, err)
+	r := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
+	rep, err := r.Run(ctx, m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused())
+	_, err = cl.Kube.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
+		Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager",
+			Command: []string{"kube-controller-manager", "--cluster-cidr=10.200.0.0/16"}}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	rep, err = r.Run(ctx, m)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "etcd is down")
+	del := rep.Steps[len(rep.Steps)-1]
+	require.Equal(t, migrate.CalicoStepDelete, del.Name)
+	assert.Equal(t, migrate.StatusFailed, del.Status)
 	_, err = cl.Pools.Get(ctx, "default-ipv4-ippool")
 	assert.NoError(t, err, "the old pool stays")
 }
