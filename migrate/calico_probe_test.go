@@ -21,6 +21,7 @@ import (
 
 	"github.com/cidrshift/cidrshift/calico"
 	"github.com/cidrshift/cidrshift/calico/calicotest"
+	"github.com/cidrshift/cidrshift/internal/access/accesstest"
 	"github.com/cidrshift/cidrshift/migrate"
 )
 
@@ -290,4 +291,29 @@ func TestCalicoPodCIDRDeleteStepReportsTheAPIError(t *testing.T) {
 	assert.Equal(t, migrate.StatusFailed, del.Status)
 	_, err = cl.Pools.Get(ctx, "default-ipv4-ippool")
 	assert.NoError(t, err, "the old pool stays")
+}
+
+// TestCalicoPodCIDRPlanWarnsOfMissingPermissionsApplyRefuses: a user who may
+// not delete nodes gets a plan that warns of it, and an apply run that
+// stops in the preflight, before the first write.
+func TestCalicoPodCIDRPlanWarnsOfMissingPermissionsApplyRefuses(t *testing.T) {
+	cl, writes := calTestCluster(t, nil)
+	kube, ok := cl.Kube.(*fake.Clientset)
+	require.True(t, ok)
+	accesstest.Authorize(kube, accesstest.Rule{Verb: "delete", Resource: "nodes"})
+	m, err := migrate.CalicoPodCIDR(calOptions(cl))
+	require.NoError(t, err)
+	rep, err := (&migrate.Runner{Mode: migrate.ModePlan}).Run(t.Context(), m)
+	require.NoError(t, err)
+	pre := rep.Steps[0]
+	require.Equal(t, migrate.CalicoStepPreflight, pre.Name)
+	require.NotEmpty(t, pre.Details)
+	last := pre.Details[len(pre.Details)-1]
+	assert.Regexp(t, `^warning: .*delete nodes`, last)
+	assert.NotContains(t, strings.Join(pre.Details, "\n"), "permissions: all")
+
+	_, err = (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "delete nodes")
+	assert.Zero(t, writes.Load(), "refused before the first write")
 }
