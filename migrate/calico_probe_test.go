@@ -138,16 +138,7 @@ func TestCalicoPodCIDRVerifyFailsForANodeThatLostItsPodCIDR(t *testing.T) {
 	cl, _ := calTestCluster(t, nil)
 	m, err := migrate.CalicoPodCIDR(calOptions(cl))
 	require.NoError(t, err)
-	r := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
-	rep, err := r.Run(ctx, m)
-	require.NoError(t, err)
-	require.True(t, rep.Paused())
-
-	_, err = cl.Kube.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
-		Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager",
-			Command: []string{"kube-controller-manager", "--cluster-cidr=10.200.0.0/16"}}}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	r := calRunToTheOperator(t, cl, m)
 	w2, err := cl.Kube.CoreV1().Nodes().Get(ctx, "worker2", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.NoError(t, cl.Kube.CoreV1().Nodes().Delete(ctx, "worker2", metav1.DeleteOptions{}))
@@ -155,7 +146,7 @@ func TestCalicoPodCIDRVerifyFailsForANodeThatLostItsPodCIDR(t *testing.T) {
 	_, err = cl.Kube.CoreV1().Nodes().Create(ctx, again, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	rep, err = r.Run(ctx, m)
+	rep, err := r.Run(ctx, m)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "verification failed: nodes: ")
 	assert.Contains(t, err.Error(), "worker2")
@@ -238,17 +229,9 @@ func TestCalicoPodCIDRMoveStepWaitsWhileTheOldPoolHoldsALeakedAllocation(t *test
 	o.DrainTimeout = 20 * time.Millisecond
 	m, err := migrate.CalicoPodCIDR(o)
 	require.NoError(t, err)
-	r := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
-	rep, err := r.Run(ctx, m)
-	require.NoError(t, err)
-	require.True(t, rep.Paused())
-	_, err = cl.Kube.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
-		Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager",
-			Command: []string{"kube-controller-manager", "--cluster-cidr=10.200.0.0/16"}}}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	r := calRunToTheOperator(t, cl, m)
 
-	rep, err = r.Run(ctx, m)
+	rep, err := r.Run(ctx, m)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the old pool is not clear yet: ")
 	assert.Contains(t, err.Error(), "rerun to move again")
@@ -273,17 +256,9 @@ func TestCalicoPodCIDRDeleteStepReportsTheAPIError(t *testing.T) {
 	})
 	m, err := migrate.CalicoPodCIDR(calOptions(cl))
 	require.NoError(t, err)
-	r := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
-	rep, err := r.Run(ctx, m)
-	require.NoError(t, err)
-	require.True(t, rep.Paused())
-	_, err = cl.Kube.CoreV1().Pods(metav1.NamespaceSystem).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
-		Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager",
-			Command: []string{"kube-controller-manager", "--cluster-cidr=10.200.0.0/16"}}}}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	r := calRunToTheOperator(t, cl, m)
 
-	rep, err = r.Run(ctx, m)
+	rep, err := r.Run(ctx, m)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "etcd is down")
 	del := rep.Steps[len(rep.Steps)-1]
@@ -316,4 +291,21 @@ func TestCalicoPodCIDRPlanWarnsOfMissingPermissionsApplyRefuses(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "delete nodes")
 	assert.Zero(t, writes.Load(), "refused before the first write")
+}
+
+// calRunToTheOperator runs m in ModeApply until it pauses for the operator,
+// then plays the operator: kube-controller-manager's mirror pod now runs
+// with --cluster-cidr=10.200.0.0/16. It returns the runner, to resume.
+func calRunToTheOperator(t *testing.T, cl calico.Cluster, m migrate.Composition) *migrate.Runner {
+	t.Helper()
+	r := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}
+	rep, err := r.Run(t.Context(), m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused())
+	_, err = cl.Kube.CoreV1().Pods(metav1.NamespaceSystem).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-master1", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"component": "kube-controller-manager"}},
+		Spec: corev1.PodSpec{NodeName: "master1", Containers: []corev1.Container{{Name: "kube-controller-manager",
+			Command: []string{"kube-controller-manager", "--cluster-cidr=10.200.0.0/16"}}}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return r
 }
