@@ -133,21 +133,31 @@ func TestFlannelControllerManagerStepRendersTheManifest(t *testing.T) {
 			o.Manifests, o.Out = dir, tc.out
 			m, err := migrate.FlannelPodCIDR(o)
 			require.NoError(t, err)
-			p, err := (&migrate.Runner{}).Plan(t.Context(), m)
-			require.NoError(t, err)
-			i := slices.IndexFunc(p.Steps, func(s migrate.PlannedStep) bool { return s.Name == migrate.FlannelStepControllerManager })
-			require.GreaterOrEqual(t, i, 0)
-			changes := p.Steps[i].Changes
+			changes := manifestStepChanges(t, m, migrate.FlannelStepControllerManager, "10.240.0.0/12", tc.out, set)
 			assert.NotContains(t, changes, "")
-			assert.Contains(t, strings.Join(changes, "\n"), "-    - --cluster-cidr=10.244.0.0/16\n+    - --cluster-cidr=10.240.0.0/12")
-			if tc.out == "" {
-				assert.Contains(t, changes, set)
-				return
-			}
-			assert.Contains(t, changes, "copy "+filepath.Join(tc.out, "kube-controller-manager.yaml")+" to /etc/kubernetes/manifests/kube-controller-manager.yaml on every control-plane node (the kubelet restarts the static pod)")
-			assert.NotContains(t, changes, set)
 		})
 	}
+}
+
+// manifestStepChanges plans m and checks its step: the diff of
+// kube-controller-manager.yaml (kcmManifest's --cluster-cidr to cluster);
+// with out, the instruction to copy the rendered file and not set; without,
+// set. It returns the step's changes.
+func manifestStepChanges(t *testing.T, m migrate.Composition, step, cluster, out, set string) []string {
+	t.Helper()
+	p, err := (&migrate.Runner{}).Plan(t.Context(), m)
+	require.NoError(t, err)
+	i := slices.IndexFunc(p.Steps, func(s migrate.PlannedStep) bool { return s.Name == step })
+	require.GreaterOrEqual(t, i, 0)
+	changes := p.Steps[i].Changes
+	assert.Contains(t, strings.Join(changes, "\n"), "-    - --cluster-cidr=10.244.0.0/16\n+    - --cluster-cidr="+cluster)
+	if out == "" {
+		assert.Contains(t, changes, set)
+		return changes
+	}
+	assert.Contains(t, changes, "copy "+filepath.Join(out, "kube-controller-manager.yaml")+" to /etc/kubernetes/manifests/kube-controller-manager.yaml on every control-plane node (the kubelet restarts the static pod)")
+	assert.NotContains(t, changes, set)
+	return changes
 }
 
 // The controller-manager step updates kubeadm-config's podSubnet and
