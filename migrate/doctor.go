@@ -968,8 +968,7 @@ func (d *diag) podAndServiceRanges() []namedRange {
 func (d *diag) fixPlan() {
 	needs := false
 	for _, f := range d.r.Findings {
-		needs = needs || f.Severity == cidr.SeverityError && (f.Code == CodePodCIDROutsideFlannelNetwork ||
-			slices.Contains(planFixes, nodecidr.FindingKind(f.Code)))
+		needs = needs || f.Severity == cidr.SeverityError && asksForPlan(f.Code)
 	}
 	if !needs {
 		return
@@ -1005,6 +1004,12 @@ func (d *diag) fixPlan() {
 	}
 }
 
+// asksForPlan reports whether a finding of code c is fixed by the fix
+// plan: a node outside flannel's Network, or one of planFixes.
+func asksForPlan(c Code) bool {
+	return c == CodePodCIDROutsideFlannelNetwork || slices.Contains(planFixes, nodecidr.FindingKind(c))
+}
+
 // fixWithoutPlan rewrites the Fix of the findings that point at the fix
 // plan when there is none, so that no finding sends the reader to a plan the
 // report does not hold: with a plan error they name it, and a node outside
@@ -1016,7 +1021,7 @@ func (d *diag) fixWithoutPlan() {
 	}
 	for i := range d.r.Findings {
 		f := &d.r.Findings[i]
-		if f.Code != CodePodCIDROutsideFlannelNetwork && !slices.Contains(planFixes, nodecidr.FindingKind(f.Code)) {
+		if !asksForPlan(f.Code) {
 			continue
 		}
 		switch {
