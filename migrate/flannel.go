@@ -806,7 +806,8 @@ func stepOldIPv4(st nodecidr.Step) (netip.Prefix, bool) {
 // them has moved, its pods answer few nodes: every other node routes the
 // subnet to one holder only (whichever its flanneld learned last, then the
 // node the fix plan keeps), and the first duplicate's delete takes that
-// route away. Control-plane steps stay last, one at a time (nodecidr).
+// route away. Control-plane steps go last, in their order (nodecidr moves
+// them one at a time), wherever the plan lists them.
 func sharedTogether(p *nodecidr.Plan) {
 	groups := sharedGroups(p)
 	if len(groups) == 0 {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/cidrshift/cidrshift/nodecidr"
 )
 
 // flSuggest proposes a Network four times as large as the current one, down
@@ -20,4 +22,29 @@ func TestFlSuggest(t *testing.T) {
 	} {
 		assert.Equal(t, want, flSuggest(netip.MustParsePrefix(in)), in)
 	}
+}
+
+// sharedTogether puts the control-plane steps last, in their order, even
+// when the plan it is given lists one among the workers, and moves a
+// subnet's duplicates next to its first holder.
+func TestSharedTogetherPutsControlPlaneStepsLast(t *testing.T) {
+	step := func(name, old string, cp bool) nodecidr.Step {
+		return nodecidr.Step{Node: name, ControlPlane: cp, OldPodCIDRs: []string{old}}
+	}
+	p := nodecidr.Plan{Steps: []nodecidr.Step{
+		step("cp-0", "10.244.100.0/24", true),
+		step("worker-0", "10.244.0.0/24", false),
+		step("worker-1", "10.244.1.0/24", false),
+		step("worker-2", "10.244.2.0/24", false),
+		step("worker-3", "10.244.1.0/24", false), // shares worker-1's subnet
+		step("cp-1", "10.244.1.0/24", true),      // a control-plane node is not in a group
+	}}
+
+	sharedTogether(&p)
+
+	var got []string
+	for _, st := range p.Steps {
+		got = append(got, st.Node)
+	}
+	assert.Equal(t, []string{"worker-0", "worker-1", "worker-3", "worker-2", "cp-0", "cp-1"}, got)
 }
