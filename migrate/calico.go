@@ -574,11 +574,16 @@ func (m *CalicoPodCIDRMigration) preflight(ctx context.Context, sr *StepReport) 
 			}
 		}
 	}
+	// The special-purpose ranges (CGNAT, link-local, documentation) give
+	// warnings: pods there may be unreachable from networks that route those
+	// ranges elsewhere (a Tailscale node answers 100.64.0.0/10 itself). Only
+	// --to's are the migration's concern, not a node address's.
 	var conflicts []string
-	for _, o := range cidr.Analyze(ranges, cidr.AnalyzeOptions{}) {
-		if o.Severity == cidr.SeverityError {
+	for _, o := range cidr.Analyze(ranges, cidr.AnalyzeOptions{WellKnown: true}) {
+		switch {
+		case o.Severity == cidr.SeverityError:
 			conflicts = append(conflicts, o.Message())
-		} else if o.Severity == cidr.SeverityWarning {
+		case o.Severity == cidr.SeverityWarning && (o.Outer.Kind == cidr.KindClusterCIDR || o.Inner.Kind == cidr.KindClusterCIDR):
 			sr.Details = append(sr.Details, "warning: "+o.Message())
 		}
 	}

@@ -297,3 +297,41 @@ func calRunToTheOperator(t *testing.T, cl calico.Cluster, m migrate.Composition)
 	require.NoError(t, err)
 	return r
 }
+
+// The preflight warns, without refusing, of a --to inside a special-purpose
+// range (here the CGNAT space Tailscale answers), and says nothing of a node
+// address in one.
+func TestCalicoPodCIDRPlanWarnsOfASpecialPurposeTo(t *testing.T) {
+	tailnet := &corev1.Node{}
+	tailnet.Name, tailnet.UID = "tailnet", "uid-tailnet"
+	tailnet.Spec.PodCIDR, tailnet.Spec.PodCIDRs = "10.233.67.0/24", []string{"10.233.67.0/24"}
+	tailnet.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "100.100.1.2"}}
+	for _, tc := range []struct {
+		to   string
+		warn bool
+	}{{"100.64.0.0/16", true}, {"10.200.0.0/16", false}} {
+		cl, _ := calTestCluster(t, []*corev1.Node{tailnet})
+		o := calOptions(cl)
+		o.To = netip.MustParsePrefix(tc.to)
+		m, err := migrate.CalicoPodCIDR(o)
+		require.NoError(t, err)
+		rep, err := (&migrate.Runner{Mode: migrate.ModePlan}).Run(t.Context(), m)
+		require.NoError(t, err, tc.to)
+		pre := rep.Steps[0]
+		require.Equal(t, migrate.CalicoStepPreflight, pre.Name)
+		var warnings []string
+		for _, d := range pre.Details {
+			if strings.HasPrefix(d, "warning: ") {
+				warnings = append(warnings, d)
+			}
+		}
+		if tc.warn {
+			require.Len(t, warnings, 1, tc.to)
+			assert.Contains(t, warnings[0], "cluster-cidr "+tc.to+" (new cluster CIDR (--to))")
+			assert.Contains(t, warnings[0], "shared address space / CGNAT")
+		} else {
+			assert.Empty(t, warnings, tc.to)
+		}
+		assert.Contains(t, strings.Join(pre.Details, "\n"), "conflicts: none", tc.to)
+	}
+}
