@@ -8,11 +8,14 @@
 // the bodies of its cases are counted. So every mutant of a case condition
 // is "not covered" and never run, however well the tests exercise it.
 //
+// The same holds for a select case's send or receive statement
+// (`case <-time.After(2 * d):`).
+//
 // casemutants reads a gremlins log, keeps the NOT COVERED mutants whose
-// position lies in a case clause's expressions, applies each with the same
-// token change gremlins makes, and runs the package's tests with the
-// mutated file given through `go test -overlay`, so the source tree is never
-// written. It prints a line per mutant in gremlins' words (KILLED, LIVED,
+// position lies in a case clause's expressions or a select case's
+// statement, applies each with the same token change gremlins makes, and
+// runs the package's tests with the mutated file given through `go test
+// -overlay`, so the source tree is never written. It prints a line per mutant in gremlins' words (KILLED, LIVED,
 // TIMED OUT, NOT VIABLE) and a summary line:
 //
 //	casemutants: killed 12, lived 3, timed out 0, not viable 0, moved 0 (15 in case expressions; 13 not covered in blocks no test ran; 2 elsewhere)
@@ -127,7 +130,9 @@ func ranNow(p *cover.Profile, line, col int) bool {
 }
 
 // inCaseExpr reports whether line:col of the Go source src lies in the
-// expressions of a switch's case clause.
+// expressions of a switch's case clause or in a select case's send or
+// receive (`case <-time.After(2 * d):`), which the cover tool puts in no
+// block either.
 func inCaseExpr(src []byte, line, col int) (bool, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "", src, parser.SkipObjectResolution)
@@ -135,16 +140,22 @@ func inCaseExpr(src []byte, line, col int) (bool, error) {
 		return false, err
 	}
 	found := false
+	in := func(e ast.Node) {
+		from, to := fset.Position(e.Pos()), fset.Position(e.End())
+		after := line > from.Line || line == from.Line && col >= from.Column
+		before := line < to.Line || line == to.Line && col < to.Column
+		found = found || after && before
+	}
 	ast.Inspect(f, func(n ast.Node) bool {
-		cc, ok := n.(*ast.CaseClause)
-		if !ok || found {
-			return !found
-		}
-		for _, e := range cc.List {
-			from, to := fset.Position(e.Pos()), fset.Position(e.End())
-			after := line > from.Line || line == from.Line && col >= from.Column
-			before := line < to.Line || line == to.Line && col < to.Column
-			found = found || after && before
+		switch c := n.(type) {
+		case *ast.CaseClause:
+			for _, e := range c.List {
+				in(e)
+			}
+		case *ast.CommClause:
+			if c.Comm != nil {
+				in(c.Comm)
+			}
 		}
 		return !found
 	})

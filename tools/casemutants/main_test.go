@@ -67,6 +67,22 @@ func TestInCaseExpr(t *testing.T) {
 			t.Errorf("%d:%d: got %v, want %v", c.line, c.col, got, c.want)
 		}
 	}
+	// A select case's receive and send, not its body or a default.
+	sel := []byte("package p\n\nfunc g(c chan int, d int) {\n\tselect {\n\tcase <-after(2 * d):\n\t\td = d - 1\n\tcase c <- d + 1:\n\tdefault:\n\t}\n}\n")
+	for _, c := range []struct {
+		line, col int
+		want      bool
+	}{
+		{5, 7, true}, {5, 17, true}, {5, 21, false}, {6, 9, false}, {7, 12, true}, {7, 17, false}, {8, 2, false},
+	} {
+		got, err := inCaseExpr(sel, c.line, c.col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("select %d:%d: got %v, want %v", c.line, c.col, got, c.want)
+		}
+	}
 	if _, err := inCaseExpr([]byte("package p\nfunc {"), 1, 1); err == nil {
 		t.Error("a file that does not parse: no error")
 	}
