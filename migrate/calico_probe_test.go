@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,6 +105,34 @@ func TestCalicoPodCIDRProbeNodeObservesTheNewFlag(t *testing.T) {
 			assert.ErrorIs(t, err, calico.ErrPoolNotFound, "the run went on to delete the old pool")
 		})
 	}
+}
+
+// The probe's poll reads the Node at least every 500 ms, however long
+// PollInterval is, and no more often: over 1.2 s it polls four times,
+// where a wait of zero would read it thousands of times.
+func TestCalicoPodCIDRProbePollWaitsHalfASecond(t *testing.T) {
+	t.Parallel()
+	cl, _ := calTestCluster(t, nil)
+	allocateProbe(t, cl)
+	var reads atomic.Int64
+	cl.Kube.(*fake.Clientset).PrependReactor("get", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.GetAction).GetName() == migrate.CalicoProbeNodeName {
+			reads.Add(1)
+		}
+		return false, nil, nil
+	})
+	o := calOptions(cl)
+	o.ProbeNode, o.ProbeTimeout, o.PollInterval = true, 1200*time.Millisecond, time.Hour
+	m, err := migrate.CalicoPodCIDR(o)
+	require.NoError(t, err)
+	rep, err := (&migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), "j")}).Run(t.Context(), m)
+	require.NoError(t, err)
+	require.True(t, rep.Paused())
+	assert.Contains(t, rep.Waiting.Observed, "probe Node cidrshift-probe got no podCIDR within 1.2s")
+	// The poll's reads at 0, 0.5, 1.0 and 1.5 s, and three by deleteProbe:
+	// a probe a killed run left (before the first write, and before the
+	// create), and the deletion of this one.
+	assert.InDelta(t, 7, reads.Load(), 2, "probe Node reads")
 }
 
 // TestCalicoPodCIDRProbeNodeRefusesAForeignNode: a Node that has the probe's
