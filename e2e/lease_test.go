@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -147,12 +146,13 @@ func TestLeaseTwoConcurrentAppliesOneRuns(t *testing.T) {
 		nodeE2EStart(t, bin, args(filepath.Join(dir, "journal-a"))...),
 		nodeE2EStart(t, bin, args(filepath.Join(dir, "journal-b"))...),
 	}
+	// Both run from here on; they are waited for one after the other, on
+	// the test goroutine, where wait's t.Fatalf can stop the test (stderr
+	// is read into a buffered channel meanwhile).
 	outcomes := make([]nodeE2EOutcome, 2)
-	var wg sync.WaitGroup
 	for i, p := range procs {
-		wg.Go(func() { outcomes[i] = p.wait(t, 3*time.Minute, nil) })
+		outcomes[i] = p.wait(t, 3*time.Minute, nil)
 	}
-	wg.Wait()
 	winner, loser := -1, -1
 	for i, o := range outcomes {
 		switch o.exitCode {
