@@ -14,7 +14,9 @@
 #                 efficacy falls to MUTATE_CIDR_THRESHOLD percent or below
 #   make deps   - the Debian packages the data-plane tests need (iptables, conntrack, iproute2),
 #                 installed with apt-get when missing; part of make test
-#   make lint   - go vet and staticcheck over the root, e2e and tools modules; part of make test
+#   make lint   - go vet and staticcheck over the root, e2e and tools modules, and tools/testlint
+#                 (require or t.Fatal off the test goroutine, assertions that cannot fail)
+#                 over the root and e2e tests; part of make test
 
 GO ?= go
 FUZZTIME ?= 10s
@@ -37,6 +39,10 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd e2e && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd tools && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	@set -e; tl=$$(mktemp -d); trap 'rm -rf $$tl' EXIT; \
+	$(GO) build -C tools -o $$tl/testlint ./testlint; \
+	echo "go vet -vettool=testlint ./... (root and e2e)"; \
+	$(GO) vet -vettool=$$tl/testlint ./... && cd e2e && $(GO) vet -vettool=$$tl/testlint ./...
 
 # nodenet's tests make real network namespaces: under make test a skip is a failure.
 unit:
