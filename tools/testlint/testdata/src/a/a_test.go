@@ -70,14 +70,14 @@ func TestOffTheTestGoroutine(t *testing.T) {
 
 func TestCannotFail(t *testing.T) {
 	findings := []finding{{Kind: "x"}}
-	assert.NotContains(t, findings, "x")   // want `NotContains always passes: it looks for a string among the elements of a \[\]a.finding`
+	assert.NotContains(t, findings, "x")    // want `NotContains always passes: it looks for a string among the elements of a \[\]a.finding`
 	assert.Contains(t, findings, kind("x")) // want `Contains always fails: it looks for a a.kind among the elements`
 	assert.NotContains(t, findings, finding{Kind: "x"})
 	kinds := []kind{"x"}
 	assert.NotContains(t, kinds, "x") // want `NotContains always passes: it looks for a string among the elements of a \[\]a.kind`
 	assert.NotContains(t, kinds, kind("x"))
 	require.NotContains(t, map[string]int{}, 3) // want `NotContains always passes: it looks for a int among the keys`
-	assert.Containsf(t, "abc", 'b', "msg")     // want `Contains always fails: it looks for a rune in a string`
+	assert.Containsf(t, "abc", 'b', "msg")      // want `Contains always fails: it looks for a rune in a string`
 	assert.NotContains(t, "abc", "b")
 	assert.New(t).NotContains([]int64{1}, 1) // want `NotContains always passes: it looks for a int among the elements of a \[\]int64`
 	assert.NotContains(t, []any{1}, "x")

@@ -3,7 +3,9 @@ package assert
 
 import "time"
 
-type TestingT interface{ Errorf(format string, args ...any) }
+type TestingT interface {
+	Errorf(format string, args ...any)
+}
 
 type CollectT struct{}
 
@@ -30,5 +32,5 @@ func EventuallyWithT(t TestingT, condition func(c *CollectT), waitFor, tick time
 
 type Assertions struct{}
 
-func New(t TestingT) *Assertions                                            { return nil }
+func New(t TestingT) *Assertions                                        { return nil }
 func (*Assertions) NotContains(s, contains any, msgAndArgs ...any) bool { return true }

@@ -8,13 +8,13 @@ type TestingT interface {
 	FailNow()
 }
 
-func NoError(t TestingT, err error, msgAndArgs ...any)                  {}
-func Equal(t TestingT, expected, actual any, msgAndArgs ...any)         {}
-func NotContains(t TestingT, s, contains any, msgAndArgs ...any)        {}
+func NoError(t TestingT, err error, msgAndArgs ...any)           {}
+func Equal(t TestingT, expected, actual any, msgAndArgs ...any)  {}
+func NotContains(t TestingT, s, contains any, msgAndArgs ...any) {}
 func Eventually(t TestingT, condition func() bool, waitFor, tick time.Duration, msgAndArgs ...any) {
 }
 
 type Assertions struct{}
 
-func New(t TestingT) *Assertions                        { return nil }
+func New(t TestingT) *Assertions                         { return nil }
 func (*Assertions) NoError(err error, msgAndArgs ...any) {}
