@@ -1087,10 +1087,12 @@ func TestVerifyDescribesWhatTheBlocksStillHold(t *testing.T) {
 			"3 address(es) still allocated in 1 IPAM block(s) in 10.233.64.0/18 (2 pod, 1 tunnel, 0 other; 1 of them for pods that no longer exist, which Calico's kube-controllers release after a grace period; calico-node moves tunnel addresses to an enabled pool (restart calico-node if they stay))"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := newQuiet(t, lonelyPods("default", "lonely", "10.20.0.4"), oldBlock(tc.attrs...), emptyBlock("10.233.65.0/24"))
+			// Two empty blocks, so that counting the empty ones instead
+			// of the others gives 2, not the 1 expected.
+			q := newQuiet(t, lonelyPods("default", "lonely", "10.20.0.4"), oldBlock(tc.attrs...), emptyBlock("10.233.65.0/24"), emptyBlock("10.233.66.0/24"))
 			v, err := calico.Verify(context.Background(), q.cl, calico.VerifyTarget{OldPool: oldPoolName})
 			require.NoError(t, err)
-			assert.Len(t, v.Blocks.Blocks, 2)
+			assert.Len(t, v.Blocks.Blocks, 3)
 			assert.Contains(t, v.Problems, tc.want)
 		})
 	}

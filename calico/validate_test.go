@@ -3,6 +3,7 @@ package calico_test
 import (
 	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,6 +59,15 @@ func TestValidateCalicoRules(t *testing.T) {
 		}), []calico.Rule{calico.RuleAllowedUses}, "spec.namespaceSelector", "Tunnel"},
 		{"assignment mode", pool("p", "10.20.0.0/16", func(s *calico.PoolSpec) { s.AssignmentMode = "Sometimes" }), []calico.Rule{calico.RuleAssignmentMode}, "spec.assignmentMode", "Automatic or Manual"},
 		{"bad name", pool("New_Pool", "10.20.0.0/16"), []calico.Rule{calico.RuleName}, "metadata.name", "lower case"},
+		// The bounds are inclusive: a v4 block of /32, a pool of exactly one
+		// block, a name of 253 bytes, the letters up to z and the digits up
+		// to 9; a character inside a label is checked as well as its ends.
+		{"block /32 ok", pool("p", "10.20.0.0/16", func(s *calico.PoolSpec) { s.BlockSize = 32 }), nil, "", ""},
+		{"pool of one block", pool("p", "10.20.0.0/26"), nil, "", ""},
+		{"name of 253 bytes", pool(strings.Repeat("a", 253), "10.20.0.0/16"), nil, "", ""},
+		{"name of 254 bytes", pool(strings.Repeat("a", 254), "10.20.0.0/16"), []calico.Rule{calico.RuleName}, "metadata.name", "too long by 1 bytes"},
+		{"name from z to 9", pool("zone.pool-9", "10.20.0.0/16"), nil, "", ""},
+		{"underscore inside a label", pool("new_pool", "10.20.0.0/16"), []calico.Rule{calico.RuleName}, "metadata.name", "lower case"},
 		{"several", pool("p", "fd00::/127", func(s *calico.PoolSpec) { s.IPIPMode = calico.EncapAlways; s.VXLANMode = calico.EncapAlways }),
 			[]calico.Rule{calico.RuleEncapExclusive, calico.RulePoolSmallerThanBlock, calico.RuleIPIPOnIPv6}, "", ""},
 	}
