@@ -81,6 +81,17 @@ func newQuiet(t *testing.T, objs []runtime.Object, dynObjs ...runtime.Object) *q
 	return q
 }
 
+// disableOldPool sets the old pool's disabled flag, as the swap's step does.
+func (q *quiet) disableOldPool(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	old, err := q.pools.Get(ctx, oldPoolName)
+	require.NoError(t, err)
+	old.Spec.Disabled = true
+	_, err = q.pools.Update(ctx, old, calico.WriteOptions{})
+	require.NoError(t, err)
+}
+
 func (q *quiet) podExists(t *testing.T, ns, name string) bool {
 	t.Helper()
 	_, err := q.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -1004,12 +1015,8 @@ func TestVerifyReportsAnOldPoolRecreatedUnderItsName(t *testing.T) {
 func TestVerifyChecksTheNewPoolOnlyWhenNamed(t *testing.T) {
 	q := newQuiet(t, nil)
 	ctx := context.Background()
-	old, err := q.pools.Get(ctx, oldPoolName)
-	require.NoError(t, err)
-	old.Spec.Disabled = true
-	_, err = q.pools.Update(ctx, old, calico.WriteOptions{})
-	require.NoError(t, err)
-	_, err = q.pools.Create(ctx, calico.IPPool{Name: "stopped", Spec: calico.PoolSpec{CIDR: "10.30.0.0/16", NodeSelector: calico.DisabledNodeSelector}}, calico.WriteOptions{})
+	q.disableOldPool(t)
+	_, err := q.pools.Create(ctx, calico.IPPool{Name: "stopped", Spec: calico.PoolSpec{CIDR: "10.30.0.0/16", NodeSelector: calico.DisabledNodeSelector}}, calico.WriteOptions{})
 	require.NoError(t, err)
 
 	v, err := calico.Verify(ctx, q.cl, calico.VerifyTarget{OldPool: oldPoolName})
@@ -1109,6 +1116,8 @@ func TestPoolFromUnstructuredIntegerRange(t *testing.T) {
 		{limit - 1, limit - 1}, {limit, 0}, {-limit + 1, -limit + 1}, {-limit, 0},
 		{float64(limit - 1), limit - 1}, {float64(limit), 0}, {float64(-limit + 1), -limit + 1}, {float64(-limit), 0},
 		{float64(26.5), 0},
+		{int(limit - 1), limit - 1}, {int(limit), 0}, {int(-limit + 1), -limit + 1}, {int(-limit), 0},
+		{int32(26), 26},
 	} {
 		t.Run(fmt.Sprintf("%T %v", tc.v, tc.v), func(t *testing.T) {
 			p, err := calico.PoolFromUnstructured(map[string]any{"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"cidr": newCIDR, "blockSize": tc.v}})
@@ -1193,4 +1202,22 @@ func TestApplyFindsASwapFinishedByAnotherRun(t *testing.T) {
 	_, err = calico.Apply(ctx, q.cl, plan, fastOptions(t.TempDir()))
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "existence", se.Field)
+}
+
+// TestVerifySummarySaysWhatWasChecked: a clear result says how many empty
+// blocks were seen, or that the blocks were not checked and why, so a
+// clear verdict without the IPAM blocks is never read as a full one.
+func TestVerifySummarySaysWhatWasChecked(t *testing.T) {
+	q := newQuiet(t, nil, emptyBlock("10.233.65.0/24"))
+	ctx := context.Background()
+	q.disableOldPool(t)
+
+	v, err := calico.Verify(ctx, q.cl, calico.VerifyTarget{OldPool: oldPoolName})
+	require.NoError(t, err)
+	assert.Equal(t, "nothing left in 10.233.64.0/18: no pod address, 1 block(s) with no allocation", v.Summary())
+
+	q.cl.Blocks = nil
+	v, err = calico.Verify(ctx, q.cl, calico.VerifyTarget{OldPool: oldPoolName})
+	require.NoError(t, err)
+	assert.Equal(t, "nothing left in 10.233.64.0/18: no pod address (IPAM blocks not checked: no IPAM block source configured)", v.Summary())
 }

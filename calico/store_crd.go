@@ -214,12 +214,15 @@ func PoolFromUnstructured(obj map[string]any) (IPPool, error) {
 	p.ResourceVersion = u.GetResourceVersion()
 	p.Labels = u.GetLabels()
 	p.Annotations = u.GetAnnotations()
-	spec, found, serr := unstructured.NestedMap(obj, "spec")
-	if serr != nil {
-		return IPPool{}, badType(name, "spec", obj["spec"], "an object")
-	}
-	if !found {
+	// Not NestedMap: it deep-copies, and panics on a value no JSON decoder
+	// makes (an int in a map built by hand); the spec is only read.
+	raw, found, _ := unstructured.NestedFieldNoCopy(obj, "spec")
+	if !found || raw == nil {
 		return p, nil
+	}
+	spec, ok := raw.(map[string]any)
+	if !ok {
+		return IPPool{}, badType(name, "spec", raw, "an object")
 	}
 	str := func(k string) string {
 		if err != nil {

@@ -2,12 +2,15 @@ package calico_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -231,4 +234,52 @@ func TestPoolFromUnstructuredTypeErrors(t *testing.T) {
 	p, err := calico.PoolFromUnstructured(map[string]any{"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"cidr": newCIDR, "blockSize": float64(26)}})
 	require.NoError(t, err)
 	assert.Equal(t, 26, p.Spec.BlockSize)
+
+	// A spec that is not an object is named; a null one is no spec.
+	_, err = calico.PoolFromUnstructured(map[string]any{"metadata": map[string]any{"name": "p"}, "spec": "10.20.0.0/16"})
+	var fe *calico.FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, []string{"spec", "10.20.0.0/16"}, []string{fe.Field, fe.Value})
+	p, err = calico.PoolFromUnstructured(map[string]any{"metadata": map[string]any{"name": "p"}, "spec": nil})
+	require.NoError(t, err)
+	assert.Equal(t, calico.PoolSpec{}, p.Spec)
+	// A map built by hand, with Go ints, is read (a deep copy would panic).
+	p, err = calico.PoolFromUnstructured(map[string]any{"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"cidr": newCIDR, "blockSize": 26}})
+	require.NoError(t, err)
+	assert.Equal(t, 26, p.Spec.BlockSize)
+}
+
+// TestPoolStoresListSortedByName: both stores sort the pools by name. The
+// API server and the fakes list in key order already, so the fakes here
+// answer in reverse, as another server (or an aggregated API) may.
+func TestPoolStoresListSortedByName(t *testing.T) {
+	ctx := context.Background()
+	reversed := func(f *k8stesting.Fake, tracker k8stesting.ObjectTracker) {
+		f.PrependReactor("list", "ippools", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			_, obj, err := k8stesting.ObjectReaction(tracker)(a)
+			if err != nil {
+				return true, nil, err
+			}
+			items, err := meta.ExtractList(obj)
+			if err != nil {
+				return true, nil, err
+			}
+			slices.Reverse(items)
+			return true, obj, meta.SetList(obj, items)
+		})
+	}
+	specs := map[string]calico.PoolSpec{"a-pool": {CIDR: "10.1.0.0/16"}, "b-pool": {CIDR: "10.2.0.0/16"}, "c-pool": {CIDR: "10.3.0.0/16"}}
+	cs, _ := calicotest.NewV3(v3PoolObject("a-pool", specs["a-pool"]), v3PoolObject("b-pool", specs["b-pool"]), v3PoolObject("c-pool", specs["c-pool"]))
+	reversed(&cs.Fake, cs.Tracker())
+	dyn, _ := calicotest.NewDynamic(v1PoolObject("a-pool", specs["a-pool"], nil), v1PoolObject("b-pool", specs["b-pool"], nil), v1PoolObject("c-pool", specs["c-pool"], nil))
+	reversed(&dyn.Fake, dyn.Tracker())
+	for api, s := range map[calico.API]calico.PoolStore{calico.APIProjectCalicoV3: calico.NewV3Store(cs), calico.APICRDV1: calico.NewCRDStore(dyn)} {
+		list, err := s.List(ctx)
+		require.NoError(t, err, api)
+		names := make([]string, 0, len(list))
+		for _, p := range list {
+			names = append(names, p.Name)
+		}
+		assert.Equal(t, []string{"a-pool", "b-pool", "c-pool"}, names, api)
+	}
 }
