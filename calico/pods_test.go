@@ -116,6 +116,19 @@ func TestScanPods(t *testing.T) {
 	}
 	// Sorted by namespace, then name.
 	assert.Equal(t, "default/bare", scan.Pods[0].String())
+	// The kind is the one the plan records, not only the text: a Job's pod
+	// is a Job's, an unknown controller's is Other with the owner named.
+	kinds := map[string]calico.WorkloadRef{}
+	for _, p := range scan.Pods {
+		kinds[p.String()] = p.Owner
+	}
+	assert.Equal(t, calico.WorkloadRef{Kind: calico.KindJob, Namespace: "default", Name: "job", UID: "j1"}, kinds["default/job-x"])
+	assert.Equal(t, calico.WorkloadRef{Kind: calico.KindOther, Namespace: "default", Name: "thing", UID: "t1", OwnerKind: "Thing", OwnerAPIVersion: "example.com/v1"}, kinds["default/crd-x"])
+	// Only what a rolling restart replaces is rollable.
+	for pod, want := range map[string]bool{"default/web-abc-1": true, "default/db-0": true, "kube-system/agent-x": true,
+		"default/lonely-1": false, "default/job-x": false, "default/crd-x": false, "default/bare": false} {
+		assert.Equal(t, want, kinds[pod].Rollable(), pod)
+	}
 }
 
 func TestBlockFromUnstructured(t *testing.T) {
