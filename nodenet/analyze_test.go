@@ -1,6 +1,7 @@
 package nodenet
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -373,6 +374,8 @@ func TestPlanValidate(t *testing.T) {
 			p.Actions[6].Rule.Spec = []string{"-s", "10.244.0.0/16", "!", "-d", "224.0.0.0/4", "-j", "MASQUERADE"}
 		}},
 		{"old range overlaps", "plan.oldPodCIDRs[0]", func(p *Plan) { p.OldPodCIDRs = []netip.Prefix{pfx("10.244.8.0/23")} }},
+		{"old network is the network", "plan.oldNetworks[0]", func(p *Plan) { p.OldNetworks = []netip.Prefix{p.Network} }},
+		{"bridge removes what it adds", "plan.actions[8].remove[0]", func(p *Plan) { p.Actions[8].Remove = []netip.Prefix{p.Actions[8].Add} }},
 		{"neighbour on the bridge", "plan.actions[0].link", func(p *Plan) {
 			p.Actions = []Action{standbyAction(ActionSetNeighbour, "cni0", "10.244.7.0", "6e:00:00:00:05:00")}
 		}},
@@ -438,6 +441,51 @@ func TestNewPlanDeferral(t *testing.T) {
 	stripped.Retires = nil
 	assert.Contains(t, p.deferral(&stripped, []Pod{{IP: addr("10.244.3.9")}}), "10.244.3.9", "the removed address counts even without retires")
 
+	// Without a complete list of live pods, every action that takes a
+	// range away waits, and says which range.
+	r.LivePodsComplete = false
+	p, err = NewPlan(r)
+	require.NoError(t, err)
+	assert.Empty(t, p.Actions[0].Deferred)
+	assert.Equal(t, "the live pods are not known (LivePodsComplete is false): a pod may still use 10.244.3.0/24", p.Actions[1].Deferred)
+
 	_, err = NewPlan(nil)
 	assert.ErrorIs(t, err, ErrInvalidInput)
+}
+
+// TestAnalyzeCNIConfigFindings: a CNI config that cannot be read is a
+// warning that names its file; one whose host-local range is not the
+// node's podCIDR is an error naming the file in use, and its range is an
+// old pod range from then on (so its pods, reservations and rules are
+// found).
+func TestAnalyzeCNIConfigFindings(t *testing.T) {
+	s := baseSnapshot()
+	s.cniBad = []fileProblem{{path: "/etc/cni/net.d/05-broken.conf", err: errors.New("unexpected end of JSON input")}}
+	s.cni.Subnets = []netip.Prefix{pfx("10.244.3.0/24"), pfx("fd00::/64")}
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
+	r := analyze(w, s)
+	var got []string
+	for _, f := range r.Findings {
+		if f.Code == CodeCNIConfigInvalid || f.Code == CodeCNIConfigRange {
+			got = append(got, f.String())
+		}
+	}
+	assert.Equal(t, []string{
+		"warning cni-config-invalid file /etc/cni/net.d/05-broken.conf: cannot be read (unexpected end of JSON input); the runtime skips it too if a later file is valid",
+		"error cni-config-range file /etc/cni/net.d/10-flannel.conflist: gives host-local the range 10.244.3.0/24, but the node's podCIDR is 10.244.9.0/24: new pods get addresses other nodes do not route to; rewrite the config (it belongs to whoever installed it)",
+	}, got)
+	assert.Equal(t, []netip.Prefix{pfx("10.244.3.0/24")}, r.OldPodCIDRs)
+}
+
+// TestOutcomeAndNotConvergedText: what Apply's outcomes and its
+// not-converged error print, with and without a detail.
+func TestOutcomeAndNotConvergedText(t *testing.T) {
+	assert.Equal(t, "#3 set-address link cni0: done (10.244.9.1/24 added)",
+		Outcome{Index: 3, Kind: ActionSetAddress, Object: "link cni0", Status: StatusDone, Detail: "10.244.9.1/24 added"}.String())
+	assert.Equal(t, "#0 delete-route route 10.244.7.0/24: skipped",
+		Outcome{Kind: ActionDeleteRoute, Object: "route 10.244.7.0/24", Status: StatusSkipped}.String())
+	err := &NotConvergedError{Node: "n1", Findings: []Finding{
+		{Code: CodeCNIConfigRange, Object: "file /etc/cni/net.d/10-flannel.conflist"}, {Code: CodeBridgeAddress, Object: "link cni0"}}}
+	assert.Equal(t, "nodenet: node n1: "+ErrNotConverged.Error()+": 2 error finding(s): cni-config-range (file /etc/cni/net.d/10-flannel.conflist), bridge-address (link cni0)", err.Error())
+	assert.ErrorIs(t, err, ErrNotConverged)
 }

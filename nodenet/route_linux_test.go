@@ -2,6 +2,7 @@ package nodenet
 
 import (
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -65,4 +66,32 @@ func TestDataplaneBridgeKeepsAnOldGatewayTheTransitionDoesNotServe(t *testing.T)
 	assert.NotEmpty(t, h.unmoved(p, &p.Actions[1]), "the old subnet's route through the bridge is missing")
 	n.route("10.244.3.0/24", "", br, false, TransitionMetric)
 	assert.Empty(t, h.unmoved(p, &p.Actions[1]), "the transition serves the old gateway")
+}
+
+// TestDataplaneSetAddressOverlappingTheOldOne: when the new address shares
+// the old one's range (the node mask changed, or the gateway moved inside
+// the same subnet), the old one is deleted first. Added first, the new one
+// would be the old one's secondary, and deleting a primary deletes its
+// secondaries (promote_secondaries off, the kernel's default): the bridge
+// would be left with no address.
+func TestDataplaneSetAddressOverlappingTheOldOne(t *testing.T) {
+	for _, tc := range []struct{ name, old, add string }{
+		{"node mask /24 to /23", "10.244.2.1/24", "10.244.2.1/23"},
+		{"gateway moved in the subnet", "10.244.3.1/24", "10.244.3.254/24"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+			n.bridge("cni0", tc.old)
+			require.NoError(t, n.h.inNS(func() error {
+				return os.WriteFile("/proc/sys/net/ipv4/conf/cni0/promote_secondaries", []byte("0"), 0)
+			}))
+			h, err := openHost(n.want("n1", netip.MustParsePrefix(tc.add).Masked().String(), ""))
+			require.NoError(t, err)
+			defer h.close()
+			st, _, err := h.setAddress(&Action{Kind: ActionSetAddress, Link: "cni0", Add: netip.MustParsePrefix(tc.add), Remove: []netip.Prefix{netip.MustParsePrefix(tc.old)}})
+			require.NoError(t, err)
+			assert.Equal(t, StatusDone, st)
+			assert.Equal(t, []string{tc.add}, n.addrsOf("cni0"))
+		})
+	}
 }

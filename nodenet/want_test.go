@@ -144,6 +144,9 @@ func TestParseCNIConfig(t *testing.T) {
 		"unclean dataDir":  {`{"name":"n","type":"bridge","ipam":{"dataDir":"/var/lib/../etc"}}`, "ipam.dataDir"},
 		"host bits":        {`{"name":"n","type":"bridge","ipam":{"subnet":"10.1.2.1/24"}}`, "ipam.subnet"},
 		"bad range":        {`{"name":"n","type":"bridge","ipam":{"ranges":[[{"subnet":"x"}]]}}`, "ipam.ranges[0][0].subnet"},
+		// What is not an object at all is named by its index, with the value.
+		"plugin not object":   {`{"name":"n","plugins":["bridge",{"type":"bridge"}]}`, "plugins[0]"},
+		"delegate not object": {`{"name":"n","plugins":[{"type":"portmap"},{"type":"flannel","delegate":["bridge"]}]}`, "plugins[1].delegate"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseCNIConfig([]byte(tc.in))
@@ -151,6 +154,10 @@ func TestParseCNIConfig(t *testing.T) {
 			var fe *FieldError
 			require.ErrorAs(t, err, &fe)
 			assert.Equal(t, tc.field, fe.Field)
+			if strings.HasSuffix(name, "not object") {
+				assert.Contains(t, []string{`"bridge"`, `["bridge"]`}, fe.Value, "%v", err)
+				assert.Contains(t, err.Error(), "is not")
+			}
 		})
 	}
 }
