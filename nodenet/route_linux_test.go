@@ -95,3 +95,58 @@ func TestDataplaneSetAddressOverlappingTheOldOne(t *testing.T) {
 		})
 	}
 }
+
+// TestDataplaneDeleteTransitionLeavesALinkThatIsNotOne: a link with the
+// transition veth's name that is not a veth (someone else's; a bridge
+// here) is never
+// deleted: the action is skipped and says so. With no such link at all
+// there is nothing to delete and nothing is skipped.
+func TestDataplaneDeleteTransitionLeavesALinkThatIsNotOne(t *testing.T) {
+	n := newTestNode(t)
+	n.bridge("cni0", "10.244.9.1/24")
+	h, err := openHost(n.want("n1", "10.244.9.0/24", ""))
+	require.NoError(t, err)
+	defer h.close()
+	h.bridge = "cni0" // as Apply sets it from the CNI config
+	link, _ := TransitionLinks("cni0")
+	old := netip.MustParsePrefix("10.244.3.1/24")
+	a := &Action{Kind: ActionDeleteTransition, Link: link, Remove: []netip.Prefix{old}, Retires: []netip.Prefix{old.Masked()}}
+
+	st, detail, err := h.deleteTransition(a, nil)
+	require.NoError(t, err)
+	assert.Equal(t, StatusUnchanged, st, detail)
+
+	n.bridge(link)
+	st, detail, err = h.deleteTransition(a, nil)
+	require.NoError(t, err)
+	assert.Equal(t, StatusSkipped, st)
+	assert.Equal(t, link+" is not the transition veth now", detail)
+	_, err = n.nl.LinkByName(link)
+	assert.NoError(t, err, "the other link is still there")
+}
+
+// TestDataplaneSetTransitionTakesThePeerOffTheBridge: the transition's peer
+// must be no bridge port (packets for the old gateway would go back into
+// the bridge); a peer found on the bridge is taken off it, and the detail
+// says so.
+func TestDataplaneSetTransitionTakesThePeerOffTheBridge(t *testing.T) {
+	n := newTestNode(t)
+	br := n.bridge("cni0", "10.244.9.1/24")
+	h, err := openHost(n.want("n1", "10.244.9.0/24", ""))
+	require.NoError(t, err)
+	defer h.close()
+	h.bridge = "cni0" // as Apply sets it from the CNI config
+	link, port := TransitionLinks("cni0")
+	n.addLink(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: port})
+	p, err := n.nl.LinkByName(port)
+	require.NoError(t, err)
+	require.NoError(t, n.nl.LinkSetMaster(p, br))
+
+	st, detail, err := h.setTransition(&Action{Kind: ActionSetTransition, Link: link, Peer: port, Add: netip.MustParsePrefix("10.244.3.1/24"), Why: "w"})
+	require.NoError(t, err)
+	assert.Equal(t, StatusDone, st)
+	assert.Contains(t, detail, port+" off the bridge")
+	p, err = n.nl.LinkByName(port)
+	require.NoError(t, err)
+	assert.Zero(t, p.Attrs().MasterIndex, "the peer is no bridge port")
+}
