@@ -202,8 +202,9 @@ func specToUnstructured(s PoolSpec, spec map[string]any) {
 }
 
 // PoolFromUnstructured converts a crd.projectcalico.org/v1 (or
-// projectcalico.org/v3) IPPool object, as decoded from JSON, to an IPPool.
-// It fails with a *FieldError naming the field when a value has the wrong type.
+// projectcalico.org/v3) IPPool object, as decoded from JSON or built by
+// hand (Go ints are read as JSON's integers), to an IPPool. It fails with a
+// *FieldError naming the field when a value has the wrong type.
 func PoolFromUnstructured(obj map[string]any) (IPPool, error) {
 	u := unstructured.Unstructured{Object: obj}
 	name := u.GetName()
