@@ -1,6 +1,7 @@
 package nodenet
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -137,6 +138,32 @@ func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
 		"-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN",
 		"-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
 	}, n.chain(table, chain))
+}
+
+// TestDataplaneInsertRuleGivesUpOnAChainThatKeepsChanging: a chain that
+// another writer changes before every write (here a rule more at its top
+// each time) is tried ruleWriteAttempts times; each misplaced copy is
+// deleted, and the insert ends in an error that says why, with no copy of
+// the rule left anywhere in the chain.
+func TestDataplaneInsertRuleGivesUpOnAChainThatKeepsChanging(t *testing.T) {
+	const table, chain = "nat", "FLANNEL-POSTRTG"
+	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	n, h := threeRuleChain(t)
+	defer h.close()
+	writes := 0
+	h.beforeRuleWrite = func() {
+		writes++
+		n.ipt(func(ipt *iptables.IPTables) error {
+			return ipt.Insert(table, chain, 1, "-s", "10.244.0.0/16", "-d", fmt.Sprintf("10.100.%d.0/24", writes), "-j", "RETURN")
+		})
+	}
+	_, _, err := h.insertRule(&Action{Kind: ActionInsertRule, Rule: &Rule{Table: table, Chain: chain, Spec: rule}, Anchor: anchor})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the chain kept changing while a rule was inserted just before")
+	assert.Equal(t, 2*ruleWriteAttempts, writes, "each attempt: the insert, then the delete of its misplaced copy")
+	assert.NotContains(t, n.chain(table, chain), "-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN")
+	assert.Len(t, n.chain(table, chain), 3+2*ruleWriteAttempts)
 }
 
 // threeRuleChain is a node whose FLANNEL-POSTRTG holds flanneld's RETURN
