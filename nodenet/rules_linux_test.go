@@ -18,8 +18,7 @@ import (
 // removed skips the insert.
 func TestDataplaneInsertRuleFollowsAChainRewrittenMeanwhile(t *testing.T) {
 	const table, chain = "nat", "FLANNEL-POSTRTG"
-	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
-	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	anchor, rule := flannelReturn, oldSubnetReturn
 	for _, tc := range []struct {
 		name    string
 		removed []string // the rules the rewrite drops (by their -d)
@@ -114,8 +113,7 @@ func TestDataplaneDeleteRuleGoneMeanwhile(t *testing.T) {
 // just before the anchor.
 func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
 	const table, chain = "nat", "FLANNEL-POSTRTG"
-	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
-	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	anchor, rule := flannelReturn, oldSubnetReturn
 	n, h := threeRuleChain(t)
 	defer h.close()
 	writes := 0
@@ -147,8 +145,7 @@ func TestDataplaneInsertRuleMisplacedCopyGoneMeanwhile(t *testing.T) {
 // the rule left anywhere in the chain.
 func TestDataplaneInsertRuleGivesUpOnAChainThatKeepsChanging(t *testing.T) {
 	const table, chain = "nat", "FLANNEL-POSTRTG"
-	anchor := []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
-	rule := []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	anchor, rule := flannelReturn, oldSubnetReturn
 	n, h := threeRuleChain(t)
 	defer h.close()
 	writes := 0
@@ -165,6 +162,13 @@ func TestDataplaneInsertRuleGivesUpOnAChainThatKeepsChanging(t *testing.T) {
 	assert.NotContains(t, n.chain(table, chain), "-A FLANNEL-POSTRTG -s 10.244.3.0/24 -d 10.244.0.0/16 -j RETURN")
 	assert.Len(t, n.chain(table, chain), 3+2*ruleWriteAttempts)
 }
+
+// flannelReturn is flanneld's RETURN rule for its network, the anchor the
+// insert tests put oldSubnetReturn just before.
+var (
+	flannelReturn   = []string{"-s", "10.244.0.0/16", "-d", "10.244.0.0/16", "-j", "RETURN"}
+	oldSubnetReturn = []string{"-s", "10.244.3.0/24", "-d", "10.244.0.0/16", "-j", "RETURN"}
+)
 
 // threeRuleChain is a node whose FLANNEL-POSTRTG holds flanneld's RETURN
 // rules for 10.1.0.0/16, 10.2.0.0/16 and (the anchor) 10.244.0.0/16, and a
