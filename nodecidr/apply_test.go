@@ -1141,12 +1141,18 @@ func TestApplyResumeFindsTheNodeRegisteredAgainByItsKubelet(t *testing.T) {
 	for _, assigned := range []string{"", "10.10.9.0/24"} {
 		t.Run("podCIDR="+assigned, func(t *testing.T) {
 			orig := storyOne()
+			// A taint set by hand, besides the one the kubelet registers with.
+			orig[1].Spec.Taints = append(orig[1].Spec.Taints, corev1.Taint{Key: "gpu", Effect: corev1.TaintEffectNoSchedule})
 			c, s := newCluster(orig...)
 			p := w1Plan(t, c)
 			dir := t.TempDir()
 			seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: PhaseBackedUp, Backup: orig[1], DeleteStarted: time.Now().UTC().Add(-time.Second)})
 			require.NoError(t, serverDelete(s, "w1"))
+			// The kubelet registers with its --register-with-taints taint:
+			// the backup's copy of it is not added a second time (the API
+			// server refuses a node with two taints of one key and effect).
 			fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1", Labels: map[string]string{"kubernetes.io/hostname": "w1"}},
+				Spec:   corev1.NodeSpec{Taints: orig[1].Spec.Taints[:1]},
 				Status: corev1.NodeStatus{Addresses: orig[1].Status.Addresses}}
 			if assigned != "" {
 				fresh.Spec.PodCIDR, fresh.Spec.PodCIDRs = assigned, []string{assigned}
@@ -1487,4 +1493,70 @@ func TestApplyHooksSeeTheNodeUncordoned(t *testing.T) {
 	assert.False(t, seen.Spec.Unschedulable)
 	now, _ := s.Node("w1")
 	assert.Equal(t, now.ResourceVersion, seen.ResourceVersion)
+}
+
+// TestApplyClientDryRunOfAResumedRun: a client-side dry run over a journal
+// a killed run left says what the resumed run would do to each node: finish
+// one that already has its new podCIDRs, recreate a missing one from its
+// backup, patch one its kubelet registered again; and it names the hooks it
+// would run, without running them or writing anything.
+func TestApplyClientDryRunOfAResumedRun(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		phase Phase
+		now   func(s *nodecidrtest.Server, orig *corev1.Node, p *Plan) error
+		want  []string
+	}{
+		{"missing", PhaseBackedUp, func(s *nodecidrtest.Server, _ *corev1.Node, _ *Plan) error { return serverDelete(s, "w1") },
+			[]string{"created: is missing; would recreate it from the journal's backup with podCIDRs 10.20.1.0/24"}},
+		{"registered again", PhaseBackedUp, func(s *nodecidrtest.Server, orig *corev1.Node, _ *Plan) error {
+			if err := serverDelete(s, "w1"); err != nil {
+				return err
+			}
+			return serverCreate(s, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1"}, Status: corev1.NodeStatus{Addresses: orig.Status.Addresses}})
+		}, []string{"patched: would set podCIDRs 10.20.1.0/24"}},
+		{"created, not finished", PhaseCreated, func(s *nodecidrtest.Server, orig *corev1.Node, p *Plan) error {
+			if err := serverDelete(s, "w1"); err != nil {
+				return err
+			}
+			n := orig.DeepCopy()
+			n.UID, n.ResourceVersion = "uid-w1-new", ""
+			n.Spec.PodCIDR, n.Spec.PodCIDRs = p.Steps[0].NewPodCIDRs[0], p.Steps[0].NewPodCIDRs
+			return serverCreate(s, n)
+		}, []string{"verified: already has 10.20.1.0/24; would finish its remaining steps"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			orig := storyOne()
+			c, s := newCluster(orig...)
+			p := w1Plan(t, c)
+			dir := t.TempDir()
+			seedJournal(t, dir, p, nodeRecord{Node: "w1", Phase: tc.phase, Backup: orig[1], DeleteStarted: time.Now().UTC().Add(-time.Second)})
+			require.NoError(t, tc.now(s, orig[1], p))
+			rec := record(c)
+			var ev events
+			hook := Hook{Name: "ready-check", Run: func(context.Context, *corev1.Node) error {
+				t.Error("a dry run ran a hook")
+				return nil
+			}}
+			_, err := Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, DryRun: DryRunClient, Hooks: []Hook{hook}, OnEvent: ev.add})
+			require.NoError(t, err)
+			var got []string
+			for _, e := range ev.all {
+				if e.Node == "w1" {
+					assert.True(t, e.DryRun)
+					got = append(got, string(e.Phase)+": "+e.Message)
+				}
+			}
+			assert.Equal(t, append(tc.want, "hook: would run hook ready-check"), got)
+			assert.Empty(t, rec.writes())
+		})
+	}
+}
+
+// TestEventString: the one-line form callers log, with each optional part.
+func TestEventString(t *testing.T) {
+	assert.Equal(t, "w1: verified", Event{Node: "w1", Phase: PhaseVerified}.String())
+	assert.Equal(t, "w1: created (dry run): would create it", Event{Node: "w1", Phase: PhaseCreated, DryRun: true, Message: "would create it"}.String())
+	assert.Equal(t, "w1: retrying: create: etcdserver: request timed out",
+		Event{Node: "w1", Phase: PhaseRetrying, Message: "create", Err: errors.New("etcdserver: request timed out")}.String())
 }
