@@ -97,6 +97,24 @@ func TestClusterConfigurationDuplicateArgsLastWins(t *testing.T) {
 	require.NoError(t, c.RemoveExtraArg(ControllerManager, "absent"))
 }
 
+// TestRemoveExtraArgV1beta3: in v1beta3 extraArgs is a mapping; the key goes,
+// the others and their order stay, "--name" names the same argument, and a
+// value equal to the name is no key (nothing is removed for it).
+func TestRemoveExtraArgV1beta3(t *testing.T) {
+	in := "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n    v: \"2\"\n    node-cidr-mask-size: \"25\"\n    bind-address: 0.0.0.0\nnetworking:\n  podSubnet: 10.244.0.0/16\n"
+	c, err := ParseClusterConfiguration([]byte(in))
+	require.NoError(t, err)
+	require.NoError(t, c.RemoveExtraArg(ControllerManager, "2"))
+	assert.Equal(t, in, string(c.Bytes()))
+	require.NoError(t, c.RemoveExtraArg(ControllerManager, "--node-cidr-mask-size"))
+	assert.Equal(t, []Arg{{Name: "v", Value: "2"}, {Name: "bind-address", Value: "0.0.0.0"}}, c.ExtraArgs(ControllerManager))
+	assert.Equal(t, "apiVersion: kubeadm.k8s.io/v1beta3\nkind: ClusterConfiguration\ncontrollerManager:\n  extraArgs:\n    v: \"2\"\n    bind-address: 0.0.0.0\nnetworking:\n  podSubnet: 10.244.0.0/16\n", string(c.Bytes()))
+	require.NoError(t, c.RemoveExtraArg(ControllerManager, "v"))
+	require.NoError(t, c.RemoveExtraArg(ControllerManager, "bind-address"))
+	assert.Nil(t, c.ExtraArgs(ControllerManager))
+	assert.Contains(t, string(c.Bytes()), "controllerManager: {}\n")
+}
+
 func TestClusterConfigurationSetters(t *testing.T) {
 	for _, version := range []string{"v1.30", "v1.35"} {
 		t.Run(version, func(t *testing.T) {

@@ -146,6 +146,17 @@ func TestYAMLEditInPlace(t *testing.T) {
 			want: "clusterDNS: [10.1.0.10, fd00::a]\n",
 		},
 		{
+			// A bracket inside a quoted item does not end the list: the
+			// scan skips double quotes (with their backslash escapes) and
+			// single quotes (with their doubled quote).
+			name: "flow list with brackets in quoted items",
+			in:   "certSANs: [\"a]b\", 'c''d]', \"e\\\"]\", f] # sans\nx: 1\n",
+			edit: func(y *yamlStream) error {
+				return y.set(ypath{"certSANs"}, strSeq([]string{"k8s.example", "10.1.0.1"}))
+			},
+			want: "certSANs: [k8s.example, 10.1.0.1] # sans\nx: 1\n",
+		},
+		{
 			name: "last key removed leaves {}",
 			in:   "apiServer:\n  extraArgs:\n  - name: a\n    value: b\nx: 1\n",
 			edit: func(y *yamlStream) error { return y.del(ypath{"apiServer", "extraArgs"}) },
