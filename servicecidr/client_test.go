@@ -133,9 +133,7 @@ func TestServiceCIDRLifecycleOnEveryVersion(t *testing.T) {
 	ctx := context.Background()
 	for _, v := range []string{"v1", "v1beta1", "v1alpha1"} {
 		t.Run(v, func(t *testing.T) {
-			cl := servicecidrtest.MustNew(servicecidrtest.Options{Version: v,
-				ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}}})
-			c := connect(t, cl)
+			cl, c := withDefaultOnly(t, v)
 
 			created, err := c.Create(ctx, "extra", []netip.Prefix{pfx("10.100.0.0/16")}, servicecidr.WriteOptions{})
 			require.NoError(t, err)

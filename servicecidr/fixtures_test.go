@@ -106,6 +106,15 @@ func newStory3(t testing.TB, version string) (*servicecidrtest.Cluster, *service
 	return cl, connect(t, cl)
 }
 
+// withDefaultOnly is a cluster serving ServiceCIDR version v with only the
+// "kubernetes" ServiceCIDR, 10.96.0.0/16, and a client of it.
+func withDefaultOnly(t testing.TB, v string) (*servicecidrtest.Cluster, *servicecidr.Client) {
+	t.Helper()
+	cl := servicecidrtest.MustNew(servicecidrtest.Options{Version: v,
+		ServiceCIDRs: []servicecidrtest.InitialServiceCIDR{{Name: "kubernetes", CIDRs: []string{"10.96.0.0/16"}}}})
+	return cl, connect(t, cl)
+}
+
 func connect(t testing.TB, cl *servicecidrtest.Cluster) *servicecidr.Client {
 	t.Helper()
 	c, err := servicecidr.New(context.Background(), servicecidr.Options{Kube: cl.Kube, Dynamic: cl.Dynamic})
