@@ -124,7 +124,8 @@ func TestDeleteRefusesTheLastServiceCIDRLeftBesideATerminatingDefault(t *testing
 }
 
 // TestWaitReadyZeroTimeoutMeansTheDefault: a zero Timeout waits up to the
-// default (two minutes), not not at all.
+// default (two minutes), not not at all; a zero Interval is the default
+// second.
 func TestWaitReadyZeroTimeoutMeansTheDefault(t *testing.T) {
 	cl := servicecidrtest.MustNew(servicecidrtest.Options{ControllerDelay: 20})
 	c := connect(t, cl)
@@ -133,5 +134,9 @@ func TestWaitReadyZeroTimeoutMeansTheDefault(t *testing.T) {
 	start := time.Now()
 	got, err := c.WaitReady(context.Background(), "slow", servicecidr.WaitOptions{Interval: time.Millisecond})
 	require.NoError(t, err, "after %s", time.Since(start))
+	assert.True(t, got.IsReady())
+	// No option at all: the defaults (a ticker of zero would panic).
+	got, err = c.WaitReady(context.Background(), "slow", servicecidr.WaitOptions{})
+	require.NoError(t, err)
 	assert.True(t, got.IsReady())
 }
