@@ -72,6 +72,15 @@ func TestPlanKeepsTheFamilyMaskFlag(t *testing.T) {
 			p, err := NewPlan(s, Intent{NodeMask: tc.mask}, PlanOptions{KeepNodeIPAM: true})
 			require.NoError(t, err)
 			assert.Equal(t, []FlagChange{{Flag: tc.flag, Value: strconv.Itoa(tc.mask)}, {Flag: tc.other, Remove: true}}, fileEdit(t, p, EditControllerFlags).Changes)
+
+			// kubeadm-config's extraArgs follow, so that the next kubeadm
+			// upgrade renders the same flags: the other family's goes there too.
+			require.NoError(t, s.Kubeadm.SetExtraArg(ControllerManager, tc.flag, tc.was))
+			require.NoError(t, s.Kubeadm.SetExtraArg(ControllerManager, tc.other, tc.otherWas))
+			p, err = NewPlan(s, Intent{NodeMask: tc.mask}, PlanOptions{KeepNodeIPAM: true})
+			require.NoError(t, err)
+			assert.Contains(t, kubeadmChanges(t, p), "controllerManager.extraArgs "+tc.other+": removed")
+			assert.Contains(t, kubeadmChanges(t, p), "controllerManager.extraArgs "+tc.flag+": "+tc.was+" -> "+strconv.Itoa(tc.mask))
 		})
 	}
 }
