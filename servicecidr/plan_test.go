@@ -359,6 +359,7 @@ func TestPlanRefusesFromNotInUse(t *testing.T) {
 	}{
 		{"elsewhere", []netip.Prefix{pfx("10.200.0.0/16")}, []string{`--from "10.200.0.0/16"`, "default/kubernetes is at 100.64.0.1", "ServiceCIDR kubernetes 100.64.0.0/13 (5 ClusterIP(s), default/kubernetes 100.64.0.1)"}},
 		{"part", []netip.Prefix{pfx("100.64.0.0/24")}, []string{`--from "100.64.0.0/24"`, "covers only part of ServiceCIDR kubernetes (100.64.0.0/13)", "shop/ingress 100.64.1.1", "shop/web 100.64.3.7", "give --from 100.64.0.0/13"}},
+		{"part holding every ClusterIP", []netip.Prefix{pfx("100.64.0.0/14")}, []string{"covers only part of ServiceCIDR kubernetes (100.64.0.0/13): none of its ClusterIPs lies outside it yet, but kube-apiserver's --service-cluster-ip-range is the whole range; give --from 100.64.0.0/13"}},
 	} {
 		po := story3PlanOptions()
 		po.From = tt.from
