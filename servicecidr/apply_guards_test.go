@@ -411,6 +411,8 @@ func TestRecoverReportsDefaultKubernetesWhateverTheNumberOfServiceRecords(t *tes
 	require.NoError(t, err)
 	assert.Contains(t, res.Kubernetes, "absent: deleted by an interrupted run")
 	assert.Contains(t, strings.Join(res.Warnings, "\n"), "Service default/kubernetes does not exist: an interrupted run deleted it")
+	assert.Contains(t, strings.Join(res.Warnings, "\n"), "check that every kube-apiserver is running, with --service-cluster-ip-range=172.24.0.0/15;",
+		"the journal's target range is named")
 }
 
 // TestApplyKeepsRetryingTheCreateForTheWholeRetryTimeout: once a Service is

@@ -22,6 +22,7 @@ const LoadBalancerCleanupFinalizer = "service.kubernetes.io/load-balancer-cleanu
 // publishNotReadyAddresses, trafficDistribution. Server-set metadata (uid,
 // resourceVersion, generation, creationTimestamp, deletion fields,
 // managedFields) and the status are dropped: a create must not carry them.
+// With no newIPs the live ClusterIPs are kept.
 func Recreated(live *corev1.Service, newIPs []netip.Addr) *corev1.Service {
 	out := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
