@@ -123,6 +123,10 @@ func TestParseServerVersion(t *testing.T) {
 		{&version.Info{Major: "2", Minor: "1", GitVersion: "v2.1.0"}, 0},
 		{&version.Info{Major: "1", Minor: "x", GitVersion: "garbage"}, 0},
 		{&version.Info{Major: "1", Minor: "99999999999999999999"}, 0},
+		// At most four digits are read, from either field.
+		{&version.Info{Major: "1", Minor: "1234"}, 1234},
+		{&version.Info{Major: "1", Minor: "12345", GitVersion: "v1.1234.0"}, 1234},
+		{&version.Info{GitVersion: "v1.12345.0"}, 0},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, servicecidr.ParseServerVersion(tt.info).Minor, "%+v", tt.info)
