@@ -103,6 +103,13 @@ func TestValidateCatchesConflicts(t *testing.T) {
 		{name: "no flag limit from 1.34", cidrs: []netip.Prefix{pfx("10.0.0.0/8")}, opts: servicecidr.ValidateOptions{KubernetesMinor: 34, ForFlag: true}},
 		{name: "no flag limit for a ServiceCIDR object alone", cidrs: []netip.Prefix{pfx("10.0.0.0/8")}, opts: servicecidr.ValidateOptions{KubernetesMinor: 30}},
 		{name: "too small", cidrs: []netip.Prefix{pfx("10.0.0.0/32")}, wantErr: []string{"no usable address for the kubernetes Service"}},
+		// More ranges to check against than candidates, of each kind.
+		{name: "dual-stack pod CIDRs beside one candidate", cidrs: story3To,
+			opts: servicecidr.ValidateOptions{PodCIDRs: []netip.Prefix{pfx("10.244.0.0/16"), pfx("fd00:10:244::/56")}}},
+		{name: "several node podCIDRs", cidrs: story3To, opts: servicecidr.ValidateOptions{NodePodCIDRs: []cidr.Range{
+			{Name: "node a", Kind: cidr.KindNodePodCIDR, Prefix: pfx("10.244.1.0/24")}, {Name: "node b", Kind: cidr.KindNodePodCIDR, Prefix: pfx("10.244.2.0/24")}}}},
+		{name: "several node networks", cidrs: story3To,
+			opts: servicecidr.ValidateOptions{NodeNetworks: []netip.Prefix{pfx("192.168.1.0/24"), pfx("192.168.2.0/24")}}},
 		{name: "existing ServiceCIDR overlap is a warning", cidrs: []netip.Prefix{pfx("10.96.0.0/16")},
 			opts: servicecidr.ValidateOptions{Existing: []servicecidr.ServiceCIDR{{Name: "kubernetes", CIDRs: []netip.Prefix{pfx("10.96.0.0/12")}}}},
 			warn: "overlaps ServiceCIDR kubernetes (10.96.0.0/12)"},
