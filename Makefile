@@ -112,7 +112,7 @@ bench:
 # its coverage run, compile included, and a mutant times out at ten times
 # that; with a cold build cache (a fresh machine) the coverage run took 341 s
 # for servicecidr instead of 16 s, and each mutant that makes a wait endless
-# then held a worker for 57 minutes.
+# then holds a worker for 57 minutes.
 # gremlins never runs a mutant in the condition of a tagless switch's case
 # (the cover tool puts case expressions in no block, so they count as "not
 # covered" however well they are tested); tools/casemutants runs those from
