@@ -174,7 +174,7 @@ func TestDoctorSeed001ChainLive(t *testing.T) {
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, nodeE2EPod(ns, "app-"+n.Name, n.Name, map[string]string{"app": "seed"}), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	nodeE2EWaitPodsRunning(t, cs, ns, "", len(nodes), 2*time.Minute)
+	nodeE2EWaitPodsRunning(t, c, cs, ns, "", len(nodes), 2*time.Minute)
 
 	chain := []migrate.Code{migrate.Code(nodecidr.FindingDuplicate), migrate.CodeFlannelBackendMismatch, migrate.CodeKubeProxyClusterCIDRMismatch}
 	rep, code, output := doctorE2ERun(t, doctor, c)

@@ -319,7 +319,7 @@ func TestNodeCIDRSecondStoryDoctorAndFix(t *testing.T) {
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, pods[i], metav1.CreateOptions{})
 		return err
 	}))
-	podsBefore := nodeE2EWaitPodsRunning(t, cs, ns, "", len(pods), 3*time.Minute)
+	podsBefore := nodeE2EWaitPodsRunning(t, c, cs, ns, "", len(pods), 3*time.Minute)
 	t.Logf("%d pods running in %s", len(pods), time.Since(start).Round(time.Millisecond))
 	settled := nodeE2ESettled(t, cs, nodeCount+1, 2*time.Minute)
 	meta := nodeE2ESnapshot(settled)
@@ -488,7 +488,7 @@ func TestNodeCIDRSecondStoryDoctorAndFix(t *testing.T) {
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, nodeE2EPod(ns, "cycle2-"+node, node, map[string]string{"app": "cycle2"}), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	for _, p := range nodeE2EWaitPodsRunning(t, cs, ns, "app=cycle2", len(fixed), 2*time.Minute) {
+	for _, p := range nodeE2EWaitPodsRunning(t, c, cs, ns, "app=cycle2", len(fixed), 3*time.Minute) {
 		ip := netip.MustParseAddr(p.Status.PodIP)
 		assert.True(t, newCIDR[p.Spec.NodeName].Contains(ip), "pod %s on %s has IP %s outside the new podCIDR %s", p.Name, p.Spec.NodeName, ip, newCIDR[p.Spec.NodeName])
 	}
@@ -1006,7 +1006,7 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 	replicas := int32(4)
 	_, err := admin.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, nodeE2EDeployment("web", replicas), metav1.CreateOptions{})
 	require.NoError(t, err)
-	nodeE2EWaitPodsRunning(t, admin, metav1.NamespaceDefault, "app=web", int(replicas), 90*time.Second)
+	nodeE2EWaitPodsRunning(t, c, admin, metav1.NamespaceDefault, "app=web", int(replicas), 90*time.Second)
 	settled := nodeE2ESettled(t, admin, len(names), 60*time.Second)
 
 	// The ClusterRole exactly as shipped, and the same minus `delete nodes`.
@@ -1105,7 +1105,7 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 	// --delete-pods deleted the pods on every moved node; the Deployment's
 	// replacements run with addresses from the new range. They are bound to
 	// re-created nodes, so kwok may never start one of them (kwokNudge).
-	untouched := map[types.UID]time.Time{}
+	nudges := newKwokWatch(c)
 	poll(t, 90*time.Second, "web pods in the new range", func(ctx context.Context) error {
 		list, err := admin.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
@@ -1115,7 +1115,7 @@ func TestNodeCIDRRBACMinimalClusterRole(t *testing.T) {
 		var others []string
 		for i := range list.Items {
 			p := &list.Items[i]
-			kwokNudge(t, ctx, admin, p, untouched)
+			kwokNudge(t, ctx, admin, p, nudges)
 			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 				why := ""
 				for _, c := range p.Status.Conditions {

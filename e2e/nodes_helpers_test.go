@@ -314,10 +314,12 @@ func nodeE2EDeployment(name string, replicas int32) *appsv1.Deployment {
 
 // nodeE2EWaitPodsRunning waits until every pod in ns matching selector is
 // Running with an IP and there are want of them, and returns them by name.
-func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector string, want int, timeout time.Duration) map[string]*corev1.Pod {
+// c is the cluster whose kwok may be restarted when it ignores a pod for
+// good (kwokNudge); nil never restarts it.
+func nodeE2EWaitPodsRunning(t *testing.T, c *harness.Cluster, cs kubernetes.Interface, ns, selector string, want int, timeout time.Duration) map[string]*corev1.Pod {
 	t.Helper()
 	out := map[string]*corev1.Pod{}
-	untouched := map[types.UID]time.Time{} // bound pods kwok has not touched, since
+	w := newKwokWatch(c)
 	poll(t, timeout, fmt.Sprintf("%d pods %q running", want, selector), func(ctx context.Context) error {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
@@ -334,7 +336,7 @@ func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector 
 			} else if len(waiting) < 5 {
 				waiting = append(waiting, fmt.Sprintf("%s on %s: phase %q, IP %q, conditions %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP, p.Status.Conditions))
 			}
-			kwokNudge(t, ctx, cs, p, untouched)
+			kwokNudge(t, ctx, cs, p, w)
 		}
 		if len(list.Items) != want || running != want {
 			return fmt.Errorf("%d pods, %d of them running with an IP; want %d; not running: %s", len(list.Items), running, want, strings.Join(waiting, "; "))
@@ -344,47 +346,132 @@ func nodeE2EWaitPodsRunning(t *testing.T, cs kubernetes.Interface, ns, selector 
 	return out
 }
 
+// kwokWatch is what kwokNudge keeps between its looks at the pods.
+type kwokWatch struct {
+	c         *harness.Cluster        // restarted once for a pod nudges do not help; nil: never
+	first     map[types.UID]time.Time // bound pods kwok has not touched, since first seen so
+	nudged    map[types.UID]time.Time // ... since their last nudge
+	restarted bool
+}
+
+func newKwokWatch(c *harness.Cluster) *kwokWatch {
+	return &kwokWatch{c: c, first: map[types.UID]time.Time{}, nudged: map[types.UID]time.Time{}}
+}
+
+const (
+	// kwokNudgeAfter is how long a bound pod may stay untouched before
+	// kwokNudge annotates it.
+	kwokNudgeAfter = 15 * time.Second
+	// kwokStuckAfter is how long a pod may stay untouched, nudged every
+	// kwokNudgeAfter, before kwokNudge restarts kwok.
+	kwokStuckAfter = 50 * time.Second
+)
+
 // kwokNudge works around a race of kwok v0.8.0 (the kubelets' emulator):
 // when a node is re-created, kwok creates its Lease and at once replays the
 // node's pods, but it skips every pod whose node's Lease its informer has
 // not seen yet as held (PodController.watchResources: readOnly, from
 // NodeLeaseController.Held, which reads the cache), and nothing replays
 // them later: a pod bound then stays Pending with no status for ever. A pod
-// bound, Pending and untouched (no conditions) for 15 s gets an annotation,
-// whose update event kwok handles again with its cache caught up. kwok
-// still has to run the pod; what the tests check of it is unchanged.
-func kwokNudge(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, untouched map[types.UID]time.Time) {
+// bound, Pending and untouched (no conditions) for kwokNudgeAfter gets an
+// annotation, whose update event kwok handles again with its cache caught
+// up. On a loaded machine kwok has also been seen to ignore a re-created
+// node's pods through every nudge for two minutes, while its Lease syncs
+// failed on conflicts (its Lease cache behind the API server): a pod still
+// untouched after kwokStuckAfter makes kwokNudge log the node's Lease and
+// restart kwok once, with every node Lease deleted while it is down, so the
+// new process creates them at once and builds its caches afresh. kwok still
+// has to run the pod; what the tests check of it is unchanged.
+func kwokNudge(t *testing.T, ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, w *kwokWatch) {
 	t.Helper()
 	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending || len(p.Status.Conditions) > 0 || p.DeletionTimestamp != nil {
-		delete(untouched, p.UID)
+		delete(w.first, p.UID)
+		delete(w.nudged, p.UID)
 		return
 	}
-	since, ok := untouched[p.UID]
+	first, ok := w.first[p.UID]
 	if !ok {
-		untouched[p.UID] = time.Now()
+		w.first[p.UID], w.nudged[p.UID] = time.Now(), time.Now()
 		return
 	}
-	if time.Since(since) < 15*time.Second {
+	if time.Since(w.nudged[p.UID]) < kwokNudgeAfter {
+		return
+	}
+	if time.Since(first) >= kwokStuckAfter && w.c != nil && !w.restarted {
+		w.restarted = true
+		t.Logf("kwok left pod %s/%s on node %s untouched for %s through every nudge (node Lease: %s): restarting kwok",
+			p.Namespace, p.Name, p.Spec.NodeName, time.Since(first).Round(time.Second), kwokLeaseState(ctx, cs, p.Spec.NodeName))
+		if err := kwokRestart(ctx, w.c, cs); err != nil {
+			t.Errorf("restarting kwok: %v", err)
+		}
+		clear(w.first)
+		clear(w.nudged)
 		return
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.cidrshift.io/kwok-nudge":%q}}}`, time.Now().Format(time.RFC3339Nano))
 	if _, err := cs.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
-		t.Logf("kwok left pod %s/%s on node %s untouched for %s: annotated it so that kwok looks again", p.Namespace, p.Name, p.Spec.NodeName, time.Since(since).Round(time.Second))
-		untouched[p.UID] = time.Now()
+		t.Logf("kwok left pod %s/%s on node %s untouched for %s: annotated it so that kwok looks again (node Lease: %s)",
+			p.Namespace, p.Name, p.Spec.NodeName, time.Since(first).Round(time.Second), kwokLeaseState(ctx, cs, p.Spec.NodeName))
+		w.nudged[p.UID] = time.Now()
 	}
+}
+
+// kwokLeaseState describes a node's Lease for the log: its holder, the age
+// of its last renewal, and whether its owner is the node as it is now.
+func kwokLeaseState(ctx context.Context, cs kubernetes.Interface, node string) string {
+	l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	holder, renewed := "none", "never renewed"
+	if l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	if l.Spec.RenewTime != nil {
+		renewed = fmt.Sprintf("renewed %s ago", time.Since(l.Spec.RenewTime.Time).Round(time.Second))
+	}
+	owner := "no owner"
+	if len(l.OwnerReferences) > 0 {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			owner = "node: " + err.Error()
+		case n.UID == l.OwnerReferences[0].UID:
+			owner = "owned by the node"
+		default:
+			owner = fmt.Sprintf("owned by node UID %s, the node's is %s", l.OwnerReferences[0].UID, n.UID)
+		}
+	}
+	return fmt.Sprintf("holder %s, %s, %s, resourceVersion %s", holder, renewed, owner, l.ResourceVersion)
+}
+
+// kwokRestart stops kwok, deletes every node Lease (held by the stopped
+// process's identity, they would keep the new one off every node until
+// they expire) and starts kwok again.
+func kwokRestart(ctx context.Context, c *harness.Cluster, cs kubernetes.Interface) error {
+	if err := c.Stop(harness.Kwok); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	if err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete the node Leases: %w", err)
+	}
+	if err := c.StartComponent(ctx, harness.Kwok); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	return nil
 }
 
 // kwokNudger runs kwokNudge over every pod each second until stop is
 // called, for a program under test that waits for the pods of the nodes it
 // re-creates itself (a runbook's health check), while no test helper polls
 // them.
-func kwokNudger(t *testing.T, cs kubernetes.Interface) (stop func()) {
+func kwokNudger(t *testing.T, c *harness.Cluster, cs kubernetes.Interface) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		untouched := map[types.UID]time.Time{}
+		w := newKwokWatch(c)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -398,7 +485,7 @@ func kwokNudger(t *testing.T, cs kubernetes.Interface) (stop func()) {
 				continue
 			}
 			for i := range list.Items {
-				kwokNudge(t, ctx, cs, &list.Items[i], untouched)
+				kwokNudge(t, ctx, cs, &list.Items[i], w)
 			}
 		}
 	}()

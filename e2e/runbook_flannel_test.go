@@ -249,8 +249,8 @@ func flScenario(t *testing.T, killOn string, rewrite, dual bool) {
 	}
 	_, err = cs.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, nodeE2EDeployment(flApp, flReplicas), metav1.CreateOptions{})
 	require.NoError(t, err)
-	nodeE2EWaitPodsRunning(t, cs, metav1.NamespaceDefault, "app=keep", flNodes, 2*time.Minute)
-	deploy := nodeE2EWaitPodsRunning(t, cs, metav1.NamespaceDefault, "app="+flApp, flReplicas, 3*time.Minute)
+	nodeE2EWaitPodsRunning(t, c, cs, metav1.NamespaceDefault, "app=keep", flNodes, 2*time.Minute)
+	deploy := nodeE2EWaitPodsRunning(t, c, cs, metav1.NamespaceDefault, "app="+flApp, flReplicas, 3*time.Minute)
 	poll(t, time.Minute, "Deployment ready", func(ctx context.Context) error {
 		d, err := cs.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, flApp, metav1.GetOptions{})
 		if err != nil {
@@ -291,7 +291,7 @@ func flScenario(t *testing.T, killOn string, rewrite, dual bool) {
 	}
 	// The runbook's health check waits for the pods of every node it
 	// re-creates; kwok may never start some of them (kwokNudge).
-	defer kwokNudger(t, cs)()
+	defer kwokNudger(t, c, cs)()
 	runStart := time.Now()
 	var (
 		pauses, kills int
