@@ -213,11 +213,17 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 	}
 	if !opts.DryRun {
 		// A step whose key was written since the plan was made stops the
-		// run before its first write, not after the steps before it.
+		// run before its first write, not after the steps before it; so
+		// does a step that cannot be read, whose state is then unknown.
 		for i, st := range p.Steps {
-			if state, _, err := r.stepState(ctx, st); state == stateConflict {
+			state, _, err := r.stepState(ctx, st)
+			switch {
+			case state == stateConflict:
 				report(StepResult{Index: i, Step: st, Outcome: OutcomeConflict, Error: err.Error()})
 				return out, fmt.Errorf("step %d (%s): nothing written: %w", i+1, st.Action, err)
+			case err != nil:
+				report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
+				return out, fmt.Errorf("step %d (%s %s): nothing written: %w", i+1, st.Action, st.Key, err)
 			}
 		}
 	}
@@ -226,7 +232,7 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 		state, detail, err := r.stepState(ctx, st)
 		if err != nil && state != stateConflict {
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
-			return out, fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
+			return out, stepError(i, st, err)
 		}
 		switch state {
 		case stateDone:
@@ -275,7 +281,7 @@ func (r *Registry) Apply(ctx context.Context, p *Plan, opts ApplyOptions) (*Appl
 		}
 		if err != nil {
 			report(StepResult{Index: i, Step: st, Outcome: OutcomeFailed, Error: err.Error()})
-			return out, fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
+			return out, stepError(i, st, err)
 		}
 		if !res.Succeeded {
 			// Something changed between the check and the write: find out what.
@@ -346,7 +352,7 @@ func (r *Registry) Verify(ctx context.Context, p *Plan) (*ApplyResult, error) {
 		case state == stateDone:
 			sr.Outcome = OutcomeAlreadyDone
 		case err != nil && state != stateConflict:
-			return nil, fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
+			return nil, stepError(i, st, err)
 		case state == stateConflict:
 			sr.Outcome, sr.Error = OutcomeConflict, err.Error()
 		default:

@@ -20,6 +20,12 @@ func planError(i int, st Step, format string, args ...any) error {
 	return fmt.Errorf("%w: %w: step %d (%s %s): %s", ErrInvalidPlan, ErrInvalidRequest, i+1, st.Action, st.Key, fmt.Sprintf(format, args...))
 }
 
+// stepError wraps an error met at step i (zero-based) with the step's
+// number, action and key.
+func stepError(i int, st Step, err error) error {
+	return fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
+}
+
 // subnetOf parses the subnet of a key under the registry's subnets prefix.
 func (r *Registry) subnetOf(key string) (SubnetKey, error) {
 	return ParseSubnetKey(strings.TrimPrefix(key, r.SubnetsPrefix()))
@@ -173,22 +179,22 @@ func (r *Registry) checkPlanStore(ctx context.Context, p *Plan) error {
 			// reported by Apply's own pass over the steps.
 			src, err := r.getOne(ctx, st.Key)
 			if err != nil {
-				return err
+				return stepError(i, st, err)
 			}
 			dst, err := r.getOne(ctx, st.NewKey)
 			if err != nil {
-				return err
+				return stepError(i, st, err)
 			}
 			if src != nil && dst != nil && dst.CreateRevision <= p.Revision {
 				return planError(i, st, "destination %s was already held at the plan's revision %d (created at %d): the plan was edited", st.NewKey, p.Revision, dst.CreateRevision)
 			}
 		case state == stateConflict:
 		case err != nil:
-			return fmt.Errorf("step %d (%s %s): %w", i+1, st.Action, st.Key, err)
+			return stepError(i, st, err)
 		case state == statePending && st.Action == ActionMoveLease:
 			cur, err := r.getOne(ctx, st.Key)
 			if err != nil {
-				return err
+				return stepError(i, st, err)
 			}
 			if cur != nil && (!bytes.Equal(cur.Value, []byte(st.Value)) || cur.Lease != st.LeaseID) {
 				return planError(i, st, "the store holds another value or etcd lease for the key at mod revision %d: the plan was edited", st.ModRevision)

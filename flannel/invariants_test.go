@@ -2,7 +2,9 @@ package flannel
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -127,4 +129,135 @@ func TestApplyMovesADualStackLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, snap.Leases, 1)
 	assert.Equal(t, to, snap.Leases[0].Subnet)
+}
+
+// TestApplyRefusesAnEditedTwoStepPlan: edits that make two steps of a plan
+// collide, which the planner never does, are refused before any write,
+// naming both steps: the same key in two steps (a lease moved twice), and
+// a destination overlapping another step's (two nodes given one subnet).
+func TestApplyRefusesAnEditedTwoStepPlan(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		edit func(p *Plan)
+		want string
+	}{
+		{"the same key in two steps",
+			func(p *Plan) { p.Steps[1] = p.Steps[0] },
+			"step 2 (move-lease " + pfx + "/subnets/10.5.1.0-24): key " + pfx + "/subnets/10.5.1.0-24 is already changed by step 1; a key may appear in one step only"},
+		{"a destination overlapping another step's",
+			func(p *Plan) {
+				p.Steps[0].NewKey, p.Steps[0].To = pfx+"/subnets/10.5.21.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.21.0/24")}
+				p.Steps[1].NewKey, p.Steps[1].To = pfx+"/subnets/10.5.20.0-23", SubnetKey{IPv4: netip.MustParsePrefix("10.5.20.0/23")}
+			},
+			"step 2 (move-lease " + pfx + "/subnets/10.5.2.0-24): destination 10.5.20.0/23 overlaps 10.5.21.0/24, the destination of step 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, reg := fuzzPlanWorld(t)
+			snap, err := reg.Snapshot(ctx)
+			require.NoError(t, err)
+			p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}, {Key: "10.5.2.0-24"}})
+			require.NoError(t, err)
+			require.Len(t, p.Steps, 2)
+			_, err = reg.Apply(ctx, p, ApplyOptions{})
+			require.NoError(t, err, "the plan as made applies")
+			_, kv, reg := fuzzPlanWorld(t)
+			tc.edit(p)
+			_, err = reg.Apply(ctx, p, ApplyOptions{})
+			assert.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Zero(t, kv.writes)
+		})
+	}
+}
+
+// blipKV fails one read, the one after the first left, and answers every
+// other: an etcd that drops one request. It counts the transactions sent
+// after that read failed: writes made blind.
+type blipKV struct {
+	KV
+	left        int
+	lost        bool
+	blindWrites int
+}
+
+func (g *blipKV) Get(ctx context.Context, key string, o GetOptions) (*GetResult, error) {
+	g.left--
+	if g.left == -1 {
+		g.lost = true
+		return nil, errStoreDown
+	}
+	return g.KV.Get(ctx, key, o)
+}
+
+func (g *blipKV) Txn(ctx context.Context, t Txn) (*TxnResult, error) {
+	if g.lost {
+		g.blindWrites++
+	}
+	return g.KV.Txn(ctx, t)
+}
+
+// TestApplyStoreLostAtEveryRead: etcd fails each read of a two-step Apply
+// in turn, and answers the others. Each run stops at the failed read with
+// the store's error, says what it was reading, and writes nothing after it,
+// although etcd answers again. The
+// phases come in order, each of them seen: the network config and the
+// registry; the checks before the run (no result, the step checked named);
+// the run key; the steps (the step it was at reported failed and named);
+// the end of the run. The run after each loss, with etcd back, finishes the
+// plan: both leases moved, the old keys gone.
+func TestApplyStoreLostAtEveryRead(t *testing.T) {
+	ctx := context.Background()
+	var phases []string
+	for n := 0; ; n++ {
+		m, _, reg := fuzzPlanWorld(t)
+		snap, err := reg.Snapshot(ctx)
+		require.NoError(t, err)
+		p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}, {Key: "10.5.2.0-24"}})
+		require.NoError(t, err)
+		kv := &blipKV{KV: m, left: n}
+		lossy, err := NewRegistry(kv, RegistryOptions{})
+		require.NoError(t, err)
+		res, err := lossy.Apply(ctx, p, ApplyOptions{})
+		if err == nil {
+			require.True(t, res.Done)
+			require.False(t, kv.lost, "a read failed and the run went on (%d reads answered)", n)
+			break
+		}
+		require.ErrorIs(t, err, errStoreDown, "reads answered: %d", n)
+		assert.Zero(t, kv.blindWrites, "writes after the read that failed, with %d reads answered", n)
+		phase, msg := "", err.Error()
+		switch {
+		case res == nil && (strings.HasPrefix(msg, "read the network config to check the plan: ") || strings.HasPrefix(msg, "read flannel registry ")):
+			phase = "config and registry"
+		case res == nil && strings.HasPrefix(msg, "step "):
+			phase = "checks"
+		case res == nil && strings.HasPrefix(msg, "read run key: "):
+			phase = "run key"
+		case res != nil && strings.HasPrefix(msg, "step ") && len(res.Steps) > 0:
+			last := res.Steps[len(res.Steps)-1]
+			assert.Equal(t, OutcomeFailed, last.Outcome, "reads answered: %d", n)
+			assert.True(t, strings.HasPrefix(msg, fmt.Sprintf("step %d (%s %s): ", last.Index+1, last.Step.Action, last.Step.Key)), "%v names step %d", err, last.Index+1)
+			phase = "steps"
+		case res != nil && strings.HasPrefix(msg, "read the records of run "):
+			assert.Len(t, res.Steps, len(p.Steps), "every step applied")
+			phase = "end of the run"
+		default:
+			t.Errorf("with %d reads answered: result %+v, error %v", n, res, err)
+		}
+		if len(phases) == 0 || phases[len(phases)-1] != phase {
+			phases = append(phases, phase)
+		}
+		_, err = reg.Apply(ctx, p, ApplyOptions{})
+		require.NoError(t, err, "resume after a loss at read %d", n)
+		for _, st := range p.Steps {
+			old, err := m.Get(ctx, st.Key, GetOptions{})
+			require.NoError(t, err)
+			assert.Empty(t, old.KVs, "%s left after a loss at read %d", st.Key, n)
+			moved, err := m.Get(ctx, st.NewKey, GetOptions{})
+			require.NoError(t, err)
+			assert.Len(t, moved.KVs, 1, "%s missing after a loss at read %d", st.NewKey, n)
+		}
+	}
+	assert.Equal(t, []string{"config and registry", "checks", "run key", "steps", "end of the run"}, phases)
 }
