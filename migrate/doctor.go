@@ -291,7 +291,7 @@ func Diagnose(ctx context.Context, s *Snapshot, opts DoctorOptions) (*DoctorRepo
 	if opts.Propose != nil {
 		p, err := opts.Propose(d.r.Flags)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("proposing flags: %w", err)
 		}
 		pc := cidr.CheckLayout(p)
 		if pc.Refused {

@@ -920,3 +920,48 @@ func TestDiagnoseNoFixPlanForOtherErrors(t *testing.T) {
 	assert.Nil(t, r.FixPlan)
 	assert.Empty(t, r.FixPlanError)
 }
+
+// TestDiagnoseHealthyWeighsLayoutOverlaps: with no finding and flags
+// kube-controller-manager starts with, an error overlap of the current or
+// the proposed flags' ranges (the Service range inside the cluster CIDR)
+// alone makes the cluster unhealthy, and a warning overlap (a range inside
+// a special-purpose one) does not. A Propose that fails fails Diagnose.
+func TestDiagnoseHealthyWeighsLayoutOverlaps(t *testing.T) {
+	propose := func(f cidr.ControllerManagerFlags) func(cidr.ControllerManagerFlags) (cidr.ControllerManagerFlags, error) {
+		return func(cidr.ControllerManagerFlags) (cidr.ControllerManagerFlags, error) { return f, nil }
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    DoctorOptions
+		healthy bool
+	}{
+		{"current flags, Service range inside the cluster CIDR", DoctorOptions{FlagsSource: "given", Flags: &cidr.ControllerManagerFlags{
+			AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "10.244.240.0/20"}}, false},
+		{"proposed flags, Service range inside the cluster CIDR", DoctorOptions{Propose: propose(cidr.ControllerManagerFlags{
+			AllocateNodeCIDRs: true, ClusterCIDR: "10.240.0.0/12", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "10.241.0.0/16"})}, false},
+		{"proposed flags, Service range in shared address space", DoctorOptions{Propose: propose(cidr.ControllerManagerFlags{
+			AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", NodeCIDRMaskSize: 24, ServiceClusterIPRange: "100.64.0.0/16"})}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newDoctorCluster()
+			c.dyn = c.dyn[2:]
+			r, err := Diagnose(context.Background(), c.live(t), tc.opts)
+			require.NoError(t, err)
+			assert.Zero(t, r.Count(cidr.SeverityError), "no error finding: %v", r.Findings)
+			assert.True(t, r.ControllerManager.WouldStart)
+			conflicts := r.Conflicts
+			if r.Proposed != nil {
+				assert.True(t, r.Proposed.Result.WouldStart)
+				conflicts = r.Proposed.Conflicts
+			}
+			require.Len(t, conflicts, 1)
+			assert.Equal(t, !tc.healthy, conflicts[0].Severity == cidr.SeverityError, "%s", conflicts[0])
+			assert.Equal(t, tc.healthy, r.Healthy)
+		})
+	}
+	c := newDoctorCluster()
+	_, err := Diagnose(context.Background(), c.live(t), DoctorOptions{Propose: func(cidr.ControllerManagerFlags) (cidr.ControllerManagerFlags, error) {
+		return cidr.ControllerManagerFlags{}, errors.New("--new-node-mask 40: too long")
+	}})
+	assert.EqualError(t, err, "proposing flags: --new-node-mask 40: too long")
+}
