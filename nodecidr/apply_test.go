@@ -1560,3 +1560,25 @@ func TestEventString(t *testing.T) {
 	assert.Equal(t, "w1: retrying: create: etcdserver: request timed out",
 		Event{Node: "w1", Phase: PhaseRetrying, Message: "create", Err: errors.New("etcdserver: request timed out")}.String())
 }
+
+// A journal whose node record cannot be read stops Apply before any node
+// is touched, naming the record: the run cannot know what that node's
+// earlier run did.
+func TestApplyUnreadableJournalRecord(t *testing.T) {
+	c, _ := newCluster(storyOne()...)
+	p := rebasePlan(t, c)
+	dir := t.TempDir()
+	j, err := journal.Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, j.Put("node/w1", "backed-up"))
+	require.NoError(t, j.Close())
+	c.ClearActions()
+	_, err = Apply(ctxT(t), c, p, ApplyOptions{Concurrency: 1, JournalDir: dir, Retry: fastRetry()})
+	require.ErrorContains(t, err, `decoding journal record "node/w1"`)
+	for _, a := range c.Actions() {
+		assert.Contains(t, []string{"get", "list", "watch", "create"}, a.GetVerb(), "%s %s before the journal was read", a.GetVerb(), a.GetResource().Resource)
+		if a.GetVerb() == "create" {
+			assert.NotEqual(t, "nodes", a.GetResource().Resource, "a node created")
+		}
+	}
+}

@@ -3,6 +3,7 @@ package nodecidr
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -250,4 +251,41 @@ func TestPlanFixFamilyOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string][]string{"a": {"10.244.1.0/24", "fd00:10::/64"}}, stepsOf(p))
 	assert.Contains(t, p.Step("a").Reason, "must be podCIDRs[0]")
+}
+
+// TestPlanFixSelectedNodeYieldsToUnselectedTwin: of two nodes sharing a
+// podCIDR, when only one is selected (Names), the selected one moves, even
+// though it is older and would otherwise keep the subnet: a node the run
+// may not touch keeps what it holds. Both name orders are planned, so the
+// unselected node is met first and second.
+func TestPlanFixSelectedNodeYieldsToUnselectedTwin(t *testing.T) {
+	for _, names := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		selected, twin := names[0], names[1]
+		nodes := derefs(node(selected, cidrs("10.240.0.0/24"), age(1)), node(twin, cidrs("10.240.0.0/24"), age(50)), node("c", cidrs("10.240.1.0/24")))
+		p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/12", 24), Names: []string{selected}})
+		require.NoError(t, err)
+		assert.Equal(t, map[string][]string{selected: {"10.240.2.0/24"}}, stepsOf(p), "selected %s, its twin %s keeps 10.240.0.0/24", selected, twin)
+		all, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/12", 24)})
+		require.NoError(t, err)
+		assert.Equal(t, map[string][]string{twin: {"10.240.2.0/24"}}, stepsOf(all), "with every node selected, the older %s keeps it", selected)
+	}
+}
+
+// TestPlanFixRangeExhausted: when the range has fewer free subnets than
+// nodes that need one, nothing is planned, and the error counts the nodes
+// left without, names the first five and says how many more there are.
+func TestPlanFixRangeExhausted(t *testing.T) {
+	var nodes []corev1.Node
+	for i := range 10 {
+		nodes = append(nodes, *node(fmt.Sprintf("w%02d", i), nil))
+	}
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/22", 24)})
+	assert.Nil(t, p)
+	require.ErrorIs(t, err, ErrPlan)
+	require.ErrorIs(t, err, cidr.ErrFull)
+	assert.EqualError(t, err, "cannot plan: 6 nodes (w04, w05, w06, w07, w08 and 1 more) need a new /24 but 10.240.0.0/22 has none left: no free subnet left")
+
+	p, err = PlanNodes(nodes[:9], PlanOptions{Mode: ModeFix, Layout: layout(t, "10.240.0.0/22", 24)})
+	assert.Nil(t, p)
+	assert.EqualError(t, err, "cannot plan: 5 nodes (w04, w05, w06, w07, w08) need a new /24 but 10.240.0.0/22 has none left: no free subnet left")
 }
