@@ -419,3 +419,47 @@ func fullDump(data []byte) (*Dump, error) {
 	}
 	return d, nil
 }
+
+// TestFastJSONNumberFormats: the fast path reads YAML 1.1 numbers as
+// sigs.k8s.io/yaml does, as a value and as a mapping key: binary with and
+// without sign (and with go-yaml v2's sign after 0b), up to the uint64 and
+// int64 limits, octal, hex, underscores, and the forms that are strings. A float it leaves to the full decoder
+// (it declines the object), and so a key beyond int64, which
+// sigs.k8s.io/yaml refuses. checkFast compares each conversion with
+// sigs.k8s.io/yaml's; value and key say whether the fast path took the
+// object, so that the comparison ran.
+func TestFastJSONNumberFormats(t *testing.T) {
+	for _, tc := range []struct {
+		scalar     string
+		value, key bool
+	}{
+		{"5", true, true}, {"+1", true, true}, {"0x1F", true, true}, {"0o17", true, true}, {"017", true, true}, {"1_000", true, true},
+		{"0b101", true, true}, {"-0b101", true, true}, {"0b1_0", true, true},
+		{"0b" + strings.Repeat("1", 63), true, true},   // int64's largest
+		{"0b" + strings.Repeat("1", 64), true, false},  // beyond int64: a uint64
+		{"-0b1" + strings.Repeat("0", 63), true, true}, // int64's smallest
+		{"-0b1" + strings.Repeat("0", 64), true, true}, // beyond: a string
+		{"9223372036854775808", true, false},           // beyond int64: a uint64
+		{"18446744073709551615", true, false},          // uint64's largest
+		{"18446744073709551616", false, false},         // beyond: a float
+		{"1e3", false, false}, {"-1.5E+3", false, false}, {"1.5e-3", false, false}, {".5", false, false}, {"1.", false, false}, {"-.5", false, false}, {"+.5e2", false, false},
+		{"1e", true, true}, {"1e+", true, true}, {"0b", true, true}, {"-0b", true, true}, {"0b2", true, true}, {"1.5x", true, true},
+		// go-yaml v2 reads a sign after 0b, not after -0b.
+		{"0b-1", true, true}, {"0b+1", true, true}, {"-0b-1", true, true}, {"-0b+1", true, true},
+		{"0b-1" + strings.Repeat("0", 63), true, true}, // int64's smallest
+		{"0b-1" + strings.Repeat("0", 64), true, true}, // beyond: a string
+	} {
+		for _, c := range []struct {
+			doc       string
+			converted bool
+		}{
+			{"- apiVersion: v1\n  kind: Node\n  metadata:\n    name: a\n  status:\n    daemonEndpoints:\n      kubeletEndpoint:\n        Port: " + tc.scalar + "\n", tc.value},
+			{"- apiVersion: v1\n  kind: Node\n  metadata:\n    annotations:\n      " + tc.scalar + ": x\n    name: a\n", tc.key},
+		} {
+			var f fastPod
+			_, ok := f.toJSON([]byte(c.doc), 0)
+			assert.Equal(t, c.converted, ok, "%s converted by the fast path:\n%s", tc.scalar, c.doc)
+			checkFast(t, []byte(c.doc), 0)
+		}
+	}
+}

@@ -573,6 +573,12 @@ func (f *fastPod) emitKey(key []byte, c0 byte, first int) bool {
 			if k, ok = appendInt(nil, key); !ok {
 				return false
 			}
+			// A key beyond int64 decodes to a uint64, which
+			// sigs.k8s.io/yaml refuses as a map key: the full decoder
+			// reports it.
+			if _, err := strconv.ParseInt(string(k), 10, 64); err != nil {
+				return false
+			}
 		default:
 			return false
 		}
@@ -590,8 +596,10 @@ func (f *fastPod) emitKey(key []byte, c0 byte, first int) bool {
 	return true
 }
 
-// appendInt appends the integer YAML reads v as (go-yaml v2's rules); false
-// if v is not an integer.
+// appendInt appends the integer YAML reads v as (go-yaml v2's rules: Go's
+// base prefixes 0b, 0o, 0x and 0, underscores ignored, int64 then uint64,
+// and a sign after 0b); false if v is not an integer (a float, or beyond
+// uint64).
 func appendInt(out, v []byte) ([]byte, bool) {
 	plain := strings.ReplaceAll(string(v), "_", "")
 	if n, err := strconv.ParseInt(plain, 0, 64); err == nil {
@@ -600,21 +608,9 @@ func appendInt(out, v []byte) ([]byte, bool) {
 	if n, err := strconv.ParseUint(plain, 0, 64); err == nil {
 		return strconv.AppendUint(out, n, 10), true
 	}
-	if yamlStyleFloat(plain) {
-		if _, err := strconv.ParseFloat(plain, 64); err == nil {
-			return out, false
-		}
-	}
 	if rest, ok := strings.CutPrefix(plain, "0b"); ok {
 		if n, err := strconv.ParseInt(rest, 2, 64); err == nil {
-			return strconv.AppendInt(out, n, 10), true
-		}
-		if n, err := strconv.ParseUint(rest, 2, 64); err == nil {
-			return strconv.AppendUint(out, n, 10), true
-		}
-	} else if rest, ok := strings.CutPrefix(plain, "-0b"); ok {
-		if n, err := strconv.ParseInt("-"+rest, 2, 64); err == nil {
-			return strconv.AppendInt(out, n, 10), true
+			return strconv.AppendInt(out, n, 10), true // 0b-1 is -1 to go-yaml v2
 		}
 	}
 	return out, false
@@ -922,15 +918,12 @@ func resolvePlain(v []byte) (yKind, bool) {
 				return yNumber, false
 			}
 		}
+		// go-yaml v2 also tries the digits after 0b and -0b in base 2
+		// (from before Go read 0b in base 0). Only a sign after 0b gets
+		// through there and not above (0b-1 is -1); whatever else those
+		// tries accept, base 0 has.
 		if rest, ok := strings.CutPrefix(plain, "0b"); ok {
 			if _, err := strconv.ParseInt(rest, 2, 64); err == nil {
-				return yNumber, false
-			}
-			if _, err := strconv.ParseUint(rest, 2, 64); err == nil {
-				return yNumber, false
-			}
-		} else if rest, ok := strings.CutPrefix(plain, "-0b"); ok {
-			if _, err := strconv.ParseInt("-"+rest, 2, 64); err == nil {
 				return yNumber, false
 			}
 		}
