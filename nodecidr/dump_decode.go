@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -318,13 +319,30 @@ func (w *worker) decodeJSON(js []byte, doc, item int, allowList bool, r *jobResu
 }
 
 // listEnd checks a streamed List's own fields (its items replaced by an
-// empty list): its kind must end in "List".
+// empty list): its kind must end in "List", and a YAML List has no second
+// items key (the JSON reader refuses one as it streams).
 func listEnd(data []byte, doc int, isJSON bool) error {
 	js := data
 	if !isJSON {
 		var err error
 		if js, err = yaml.YAMLToJSON(data); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrDump, where(doc, -1), err)
+		}
+		// The streamed items left "items: []" in their place. A second
+		// items key, even an empty one, is refused as in a JSON List:
+		// sigs.k8s.io/yaml keeps the last, so the document would not mean
+		// the items read.
+		var top yamlv2.MapSlice
+		if err := yamlv2.Unmarshal(data, &top); err == nil {
+			n := 0
+			for _, kv := range top {
+				if k, ok := kv.Key.(string); ok && k == "items" {
+					n++
+				}
+			}
+			if n > 1 {
+				return fmt.Errorf("%w: %s: items given twice", ErrDump, where(doc, -1))
+			}
 		}
 	}
 	var tm listMeta
@@ -333,9 +351,6 @@ func listEnd(data []byte, doc int, isJSON bool) error {
 	}
 	if !strings.HasSuffix(tm.Kind, "List") {
 		return fmt.Errorf("%w: %s: a %q with items; want a List (kind List, NodeList, PodList, ...)", ErrDump, where(doc, -1), tm.Kind)
-	}
-	if len(tm.Items) > 0 {
-		return fmt.Errorf("%w: %s: items given twice", ErrDump, where(doc, -1))
 	}
 	return nil
 }

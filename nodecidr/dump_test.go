@@ -236,6 +236,13 @@ func TestDecodeObjectsErrors(t *testing.T) {
 		{"JSON syntax in item", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}}, {"kind": }]}`, "document 1 item 1: not a Kubernetes object: invalid character"},
 		{"JSON array", `{"kind":"Node","metadata":{"name":"a"}} [1]`, "document 2: not a Kubernetes object"},
 		{"JSON Pod type", `{"kind":"List","items":[{"kind":"Pod","status":{"podIPs":"x"}}]}`, "document 1 item 0: Pod: json"},
+		{"JSON after an item", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}} x]}`, "document 1: invalid character 'x' after array element"},
+		{"JSON cut after an item", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}}`, "document 1: unexpected end of JSON input"},
+		{"JSON cut after a comma", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}},`, "document 1: item 1: unexpected end of JSON input"},
+		{"YAML items twice, the second empty", "apiVersion: v1\nitems:\n- kind: Node\n  metadata:\n    name: a\nkind: List\nitems: []\n", "document 1: items given twice"},
+		{"YAML items twice, the first empty", "apiVersion: v1\nitems: []\nkind: List\nitems:\n- kind: Node\n  metadata:\n    name: a\n", "document 1: items given twice"},
+		{"YAML List end syntax", "apiVersion: v1\nitems:\n- kind: Node\n  metadata:\n    name: a\nkind: [\n", "document 1: yaml: line"},
+		{"YAML List kind a number", "apiVersion: v1\nitems:\n- kind: Node\n  metadata:\n    name: a\nkind: 7\n", "document 1: not a Kubernetes object"},
 		{"control-plane Pod type", "kind: Pod\nmetadata:\n  namespace: kube-system\n  labels: {component: kube-controller-manager}\nspec:\n  containers: 5\n", "document 1: Pod: json"},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
