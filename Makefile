@@ -92,7 +92,8 @@ bench:
 # mutate: gremlins on each library package in turn, smallest first (tests of
 # that package only), installed into a temporary directory. The section between the
 # mutate markers in TESTING.md is rewritten with a row per package: killed,
-# lived, not covered, efficacy, time, date and commit. MUTATE_PKGS picks a
+# lived, not covered (and how many of those are in code no test ran),
+# efficacy, time, date and commit. MUTATE_PKGS picks a
 # subset: only their rows are rewritten, the others kept as they were (a
 # package takes up to two hours, so the table is filled over several runs);
 # MUTATE_WORKERS limits the parallel test runs.
@@ -174,9 +175,10 @@ mutate:
 	    cases=$$(CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $(GO) run -C tools ./casemutants -module .. \
 	      -timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) -log $$log ./$$p 2>&1 | tee $$log.cases | \
 	      sed -n 's/^casemutants: killed \([0-9]*\), lived \([0-9]*\).*/\1 \/ \2/p'); \
-	    printf '| %s | %s | %s | %s | %s | %s | %ss (--workers %s) | %s |\n' "$$p" "$$1" "$$2" "$$3" "$$eff" "$${cases:-casemutants failed: see $$log.cases}" "$$(( $$(date +%s) - start ))" "$(or $(MUTATE_WORKERS),$(shell nproc 2>/dev/null || echo ?))" "$$when" >> $$rows; \
+	    unrun=$$(sed -n 's/^casemutants: .*; \([0-9]*\) not covered in blocks no test ran;.*/\1/p' $$log.cases); \
+	    printf '| %s | %s | %s | %s | %s | %s | %s | %ss (--workers %s) | %s |\n' "$$p" "$$1" "$$2" "$$3" "$${unrun:-?}" "$$eff" "$${cases:-casemutants failed: see $$log.cases}" "$$(( $$(date +%s) - start ))" "$(or $(MUTATE_WORKERS),$(shell nproc 2>/dev/null || echo ?))" "$$when" >> $$rows; \
 	  else \
-	    printf '| %s | | | | | | gremlins failed: see %s | %s |\n' "$$p" "$$log" "$$when" >> $$rows; \
+	    printf '| %s | | | | | | | gremlins failed: see %s | %s |\n' "$$p" "$$log" "$$when" >> $$rows; \
 	  fi; \
 	  tail -4 $$log; tail -1 $$log.cases 2>/dev/null || true; \
 	done; \
@@ -187,12 +189,14 @@ mutate:
 	  echo; \
 	  echo "Each row is written by \`make mutate\` when its package is in MUTATE_PKGS, and kept when it is not: \`CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 gremlins unleash --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) --workers N ./<package>\` (nodenet under \`unshare --net\`; $(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs; the workers are in the time column, the date and commit in the last)."; \
 	  echo "Case conditions: of the not covered mutants, those in a tagless switch's case expressions, which the cover tool puts in no block, so gremlins never runs them; \`tools/casemutants\` runs them (killed / lived; not in the efficacy)."; \
+	  echo "In code no test ran: of the not covered mutants, those in a block of the coverage profile that no test ran (\`tools/casemutants\` counts them): code no test can protect, which the efficacy leaves out. Rows measured before this column have it empty."; \
 	  echo; \
-	  echo '| package | killed | lived | not covered | efficacy | case conditions killed / lived | time | measured |'; \
-	  echo '|---|---:|---:|---:|---:|---:|---|---|'; \
+	  echo '| package | killed | lived | not covered | of them in code no test ran | efficacy | case conditions killed / lived | time | measured |'; \
+	  echo '|---|---:|---:|---:|---:|---:|---:|---|---|'; \
 	  for p in $(MUTATE_ALL); do \
-	    r=$$(awk -v p="| $$p |" 'index($$0, p) == 1' $$rows $$out/old | head -1); \
-	    echo "$${r:-| $$p | | | | | | | not measured |}"; \
+	    r=$$(awk -v p="| $$p |" 'index($$0, p) == 1' $$rows $$out/old | head -1 | \
+	      awk -F'|' -v OFS='|' 'NF == 10 { $$5 = $$5 "| " } 1'); \
+	    echo "$${r:-| $$p | | | | | | | | not measured |}"; \
 	  done; \
 	  echo; \
 	  echo '<!-- mutate:end -->'; } > $$sect; \
