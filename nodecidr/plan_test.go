@@ -81,6 +81,38 @@ func TestPlanRebase(t *testing.T) {
 	assert.Equal(t, 2, again.Unchanged)
 }
 
+// TestPlanRebaseWarnsWithTheAfterFlags checks the warnings a rebase plan
+// carries when kube-controller-manager, run with the After flags, would not
+// start: flags it refuses, and nodes it would crash-loop on, with the hint to
+// select a node the plan leaves out.
+func TestPlanRebaseWarnsWithTheAfterFlags(t *testing.T) {
+	nodes := derefs(node("w1", cidrs("10.10.1.0/24")), node("w2", cidrs("10.10.2.0/24")))
+	plan := func(after cidr.ControllerManagerFlags) *Plan {
+		t.Helper()
+		p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Names: []string{"w1"},
+			Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}, After: &after})
+		require.NoError(t, err, "a warning does not stop the plan")
+		require.NotNil(t, p.ControllerManager)
+		assert.False(t, p.ControllerManager.WouldStart)
+		assert.Equal(t, map[string][]string{"w1": {"10.20.1.0/24"}}, stepsOf(p))
+		return p
+	}
+
+	refused := plan(cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.20.0.0/16", NodeCIDRMaskSize: 8})
+	assert.Equal(t, []string{"kube-controller-manager would refuse --cluster-cidr=10.20.0.0/16 --node-cidr-mask-size=8: " +
+		"Controller: Invalid --cluster-cidr, mask size of cluster CIDR must be less than or equal to --node-cidr-mask-size " +
+		"configured for CIDR family (cluster /16, node /8)"}, refused.Warnings)
+
+	elsewhere := plan(cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.30.0.0/16", NodeCIDRMaskSize: 24})
+	assert.Equal(t, []string{
+		"after this plan, kube-controller-manager with --cluster-cidr=10.30.0.0/16 --node-cidr-mask-size=24 would crash-loop on node w1: " +
+			"failed to mark cidr[10.20.1.0/24] at idx [0] as occupied for node: w1: cidr 10.20.1.0/24 is out the range of cluster cidr 10.30.0.0/16",
+		"after this plan, kube-controller-manager with --cluster-cidr=10.30.0.0/16 --node-cidr-mask-size=24 would crash-loop on node w2: " +
+			"failed to mark cidr[10.10.2.0/24] at idx [0] as occupied for node: w2: cidr 10.10.2.0/24 is out the range of cluster cidr 10.30.0.0/16" +
+			"; the node is not in this plan, select it too",
+	}, elsewhere.Warnings)
+}
+
 func TestPlanRebaseDualStack(t *testing.T) {
 	nodes := derefs(node("a", cidrs("10.10.1.0/24", "fd00:10:0:1::/64")), node("b", cidrs("10.10.2.0/24", "fd00:10:0:2::/64")))
 	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{
