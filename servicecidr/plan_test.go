@@ -386,6 +386,25 @@ func TestPlanRefusesFromNotInUse(t *testing.T) {
 	_, err = servicecidr.BuildPlan(s, po)
 	require.ErrorIs(t, err, servicecidr.ErrInvalid, "Services are still in 100.64.0.0/13: a From holding none of them is refused")
 	assert.ErrorContains(t, err, "is still outside the new range")
+
+	// A finished move: every Service but the LoadBalancer (which may stay
+	// behind) is in --to. A rerun is accepted whatever --from says, and the
+	// LoadBalancer left in 100.64.0.0/13 does not count as "still outside".
+	var lbs int
+	for i := range s.Services {
+		svc := &s.Services[i]
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			lbs++
+			require.False(t, story3To[0].Contains(netip.MustParseAddr(svc.Spec.ClusterIP)), "the LoadBalancer stays outside --to")
+			continue
+		}
+		if ip, ok := strings.CutPrefix(svc.Spec.ClusterIP, "100.64."); ok {
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "172.24."+ip, []string{"172.24." + ip}
+		}
+	}
+	require.Equal(t, 1, lbs)
+	_, err = servicecidr.BuildPlan(s, po)
+	require.NoError(t, err, "only a LoadBalancer is left outside --to: a rerun of a finished move")
 }
 
 // Nodes or pods that may not be read leave their checks undone: the plan
