@@ -588,3 +588,19 @@ func TestServiceCIDRVerifiesTheDNSServiceAtItsPlannedAddress(t *testing.T) {
 	_, err = r.Run(t.Context(), scMigration(t, c, func(o *ServiceCIDROptions) { o.Continue, o.IncludeLoadBalancers = true, true }))
 	require.EqualError(t, err, "verification failed: services/kube-system/kube-dns: the DNS Service has 172.24.0.99, expected 172.24.0.10 (kubelet clusterDNS must match it)")
 }
+
+// The node step of a run that has no plan recorded (the Services were moved
+// by an earlier run) plans again. When that planning fails, the step fails
+// with its error, keeps no plan, and writes nothing.
+func TestServiceCIDRNodeStepStopsWhenItsPlanningFails(t *testing.T) {
+	cl, c := scStory(t, nil)
+	m := scMigration(t, c)
+	cl.Kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcd down")
+	})
+	sr := &StepReport{}
+	require.EqualError(t, m.nodeConfig(t.Context(), nil, sr), "listing Nodes: etcd down")
+	assert.Nil(t, m.plan)
+	assert.Empty(t, sr.Details)
+	assert.Empty(t, cl.Writes())
+}
