@@ -131,6 +131,40 @@ func TestApplyMovesADualStackLease(t *testing.T) {
 	assert.Equal(t, to, snap.Leases[0].Subnet)
 }
 
+// TestApplyMovesAnIPv6OnlyLease: in an IPv6-only network flanneld names a
+// lease "0.0.0.0-0&<IPv6>-<len>". A move keeps that IPv4 part, which the
+// config does not enable, and must pass the plan's checks all the same.
+func TestApplyMovesAnIPv6OnlyLease(t *testing.T) {
+	ctx := context.Background()
+	m, _, reg := newConfiguredRegistry(t, `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`)
+	putLease(t, m, "0.0.0.0-0&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
+	snap, err := reg.Snapshot(ctx)
+	require.NoError(t, err)
+	to := SubnetKey{IPv6: netip.MustParsePrefix("fd00:10:244:6::/64")}
+	p, err := PlanMove(snap, []MoveRequest{{Key: "0.0.0.0-0&fd00:10:244:5::-64", To: to}})
+	require.NoError(t, err)
+	res, err := reg.Apply(ctx, p, ApplyOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.Done)
+	snap, err = reg.Snapshot(ctx)
+	require.NoError(t, err)
+	require.Len(t, snap.Leases, 1)
+	assert.Equal(t, SubnetKey{IPv4: netip.MustParsePrefix("0.0.0.0/0"), IPv6: to.IPv6}, snap.Leases[0].Subnet)
+
+	// An IPv4 part that is not the lease's own is a destination in a family
+	// the config does not enable.
+	putLease(t, m, "0.0.0.0-0&fd00:10:244:7::-64", "192.168.0.2", "vxlan")
+	snap, err = reg.Snapshot(ctx)
+	require.NoError(t, err)
+	p, err = PlanMove(snap, []MoveRequest{{Key: "0.0.0.0-0&fd00:10:244:7::-64", To: SubnetKey{IPv6: netip.MustParsePrefix("fd00:10:244:8::/64")}}})
+	require.NoError(t, err)
+	p.Steps[0].To.IPv4 = netip.MustParsePrefix("10.5.0.0/24")
+	p.Steps[0].NewKey = strings.TrimSuffix(p.Steps[0].NewKey, "0.0.0.0-0&fd00:10:244:8::-64") + p.Steps[0].To.String()
+	_, err = reg.Apply(ctx, p, ApplyOptions{})
+	assert.ErrorIs(t, err, ErrInvalidPlan)
+	assert.ErrorContains(t, err, "destination 10.5.0.0/24: the network config does not enable IPv4")
+}
+
 // TestApplyRefusesAnEditedTwoStepPlan: edits that make two steps of a plan
 // collide, which the planner never does, are refused before any write,
 // naming both steps: the same key in two steps (a lease moved twice), and
