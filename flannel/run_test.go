@@ -374,6 +374,34 @@ func TestApplyErrorsNameTheStepByItsNumber(t *testing.T) {
 		assert.ErrorContains(t, err, "step 2 (")
 		assert.Equal(t, []Outcome{OutcomeApplied, OutcomeConflict}, outcomes(res))
 	})
+	t.Run("renewed after the first write", func(t *testing.T) {
+		// Past the check before the first write: step 2's own check sees
+		// it, and the run stops there; step 3 is not written.
+		m, _, reg := newConfiguredRegistry(t, storyConfig)
+		keys := []string{"172.7.1.0-24", "172.7.2.0-24", "172.7.3.0-24"}
+		for i, k := range keys {
+			putLease(t, m, k, fmt.Sprintf("10.0.0.%d", i+1), "host-gw")
+		}
+		snap, err := reg.Snapshot(t.Context())
+		require.NoError(t, err)
+		p, err := PlanDelete(snap, keys, "")
+		require.NoError(t, err)
+		res, err := reg.Apply(t.Context(), p, ApplyOptions{BeforeWrite: func(_ context.Context, i int, _ Step) error {
+			if i == 0 {
+				putLease(t, m, keys[1], "10.0.0.2", "host-gw")
+			}
+			return nil
+		}})
+		require.ErrorAs(t, err, new(*ConflictError))
+		assert.ErrorContains(t, err, "step 2 (delete-lease): ")
+		assert.NotContains(t, err.Error(), "nothing written", "step 1 was written")
+		assert.Equal(t, []Outcome{OutcomeApplied, OutcomeConflict}, outcomes(res))
+		snap, err = reg.Snapshot(t.Context())
+		require.NoError(t, err)
+		assert.Nil(t, snap.Lease(pfx+"/subnets/"+keys[0]))
+		assert.NotNil(t, snap.Lease(pfx+"/subnets/"+keys[1]), "renewed: kept")
+		assert.NotNil(t, snap.Lease(pfx+"/subnets/"+keys[2]), "after the conflict: not written")
+	})
 	t.Run("log", func(t *testing.T) {
 		_, reg, p := twoDeletes(t)
 		var steps []string
