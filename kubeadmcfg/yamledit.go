@@ -126,6 +126,25 @@ func encodeDocs(docs []*yaml.Node, indent int) (out []byte, err error) {
 	return buf.Bytes(), nil
 }
 
+// keepLineComments moves the line comment of a block collection that is a
+// mapping value onto its key. The parser gives the comment after
+// "key: {a: b}" to the flow mapping; once an edit has made that mapping a
+// block one, the encoder would drop it, and its place is after "key:".
+func keepLineComments(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) && v.Style&yaml.FlowStyle == 0 && v.LineComment != "" {
+				k.LineComment = strings.TrimSpace(k.LineComment + " " + v.LineComment)
+				v.LineComment = ""
+			}
+		}
+	}
+	for _, c := range n.Content {
+		keepLineComments(c)
+	}
+}
+
 // content returns the top node of a document node (nil for an empty document).
 func content(doc *yaml.Node) *yaml.Node {
 	if doc == nil {
@@ -213,6 +232,21 @@ func keepStyle(old, val *yaml.Node) *yaml.Node {
 	return val
 }
 
+// replacement is val as it replaces old in the tree: with old's quoting
+// (keepStyle), old's flow style when both are collections of one kind, and
+// old's comments when val has none, so that a document the edit cannot
+// render in place and re-encodes keeps the form and the comments it had.
+func replacement(old, val *yaml.Node) *yaml.Node {
+	c := *keepStyle(old, val)
+	if (old.Kind == yaml.SequenceNode || old.Kind == yaml.MappingNode) && old.Kind == c.Kind && c.Style == 0 {
+		c.Style = old.Style & yaml.FlowStyle
+	}
+	if c.HeadComment == "" && c.LineComment == "" && c.FootComment == "" {
+		c.HeadComment, c.LineComment, c.FootComment = old.HeadComment, old.LineComment, old.FootComment
+	}
+	return &c
+}
+
 // insertIndex is where a new key goes among the keys of m: in order when the
 // keys are sorted (kubeadm and sigs.k8s.io/yaml write them sorted), else last.
 func insertIndex(m *yaml.Node, key string) int {
@@ -246,7 +280,7 @@ func treeSet(n *yaml.Node, p ypath, val *yaml.Node) error {
 					n.Content = slices.Insert(n.Content, at, strNode(s), val)
 					n.Style &^= yaml.FlowStyle
 				} else {
-					n.Content[idx+1] = keepStyle(v, val)
+					n.Content[idx+1] = replacement(v, val)
 				}
 				return nil
 			}
@@ -267,7 +301,7 @@ func treeSet(n *yaml.Node, p ypath, val *yaml.Node) error {
 				return fmt.Errorf("%s has no item %d", p[:i], s)
 			}
 			if last {
-				n.Content[s] = keepStyle(n.Content[s], val)
+				n.Content[s] = replacement(n.Content[s], val)
 				return nil
 			}
 			n = n.Content[s]
@@ -1066,6 +1100,9 @@ func (y *yamlStream) edit(p ypath, tree func(*yaml.Node) error, text func(*textB
 	step := 2
 	if t, ok := newTextBuf(y.src, content(pos[y.doc])); ok {
 		step = t.step
+	}
+	for _, d := range docs {
+		keepLineComments(d)
 	}
 	out, err := encodeDocs(docs, step)
 	if err != nil {
