@@ -3,6 +3,7 @@ module github.com/cidrshift/cidrshift
 go 1.26.8
 
 require (
+	github.com/containernetworking/cni v1.3.1
 	github.com/coreos/go-iptables v0.8.0
 	github.com/go-logr/logr v1.4.4
 	github.com/projectcalico/api v0.0.0-20250916150628-d4009e4d7c50

@@ -356,7 +356,8 @@ func readFile(path string) ([]byte, error) {
 }
 
 // readCNI reads the first CNI config of CNIConfDir that parses, the way
-// container runtimes pick it (sorted by name, .conf, .conflist and .json).
+// container runtimes pick it: sorted by name, .conf, .conflist and .json,
+// skipping a file libcni does not load (runtimeRefusesCNI).
 func readCNI(dir string) (string, *CNIConfig, []fileProblem, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -372,8 +373,14 @@ func readCNI(dir string) (string, *CNIConfig, []fileProblem, error) {
 		default:
 			continue
 		}
+		if e.IsDir() {
+			continue // libcni.ConfFiles skips directories
+		}
 		path := filepath.Join(dir, e.Name())
 		data, err := readFile(path)
+		if err == nil {
+			err = runtimeRefusesCNI(path, data)
+		}
 		if err == nil {
 			var c *CNIConfig
 			if c, err = ParseCNIConfig(data); err == nil {
