@@ -18,10 +18,11 @@
 //   - Audit (read-only) reads the node through netlink and iptables (in the
 //     network namespace Want.NetNS names, or the caller's) and the files under
 //     configurable roots (Want.RunFlannelDir, CNIDataDir, CNIConfDir, so an
-//     agent with the host mounted at /host works), and returns typed findings
-//     with severity, the object and the actions that fix each one. Old ranges
-//     come from the Want or are inferred from the bridge, subnet.env and the
-//     rules.
+//     agent with the host mounted at /host works; of CNIConfDir it reads the
+//     file the container runtime uses, picked by libcni's rules), and returns
+//     typed findings with severity, the object and the actions that fix each
+//     one. Old ranges come from the Want or are inferred from the bridge,
+//     subnet.env and the rules.
 //   - NewPlan turns a report into a Plan: pure data, serialisable with
 //     sigs.k8s.io/yaml, naming the node. Actions are ordered so pods stay
 //     reachable: subnet.env, the VTEP, the transition, the bridge's new
