@@ -221,6 +221,25 @@ func TestPlanFix(t *testing.T) {
 	assert.Empty(t, again.Steps)
 }
 
+// TestPlanFixKeepsAHeldPodCIDROfAnotherMask: fix moves only what is
+// wrong. Of two nodes sharing an IPv6 podCIDR, the one that moves keeps its
+// IPv4 /25 although the layout gives nodes a /24: a podCIDR the node already
+// holds is not held to the layout's target, in the plan and in its checks.
+func TestPlanFixKeepsAHeldPodCIDROfAnotherMask(t *testing.T) {
+	nodes := derefs(node("x", cidrs("10.20.5.0/25", "fd00:20::/64")), node("y", cidrs("10.20.6.0/25", "fd00:20::/64")))
+	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{"y": {"10.20.6.0/25", "fd00:20:0:1::/64"}}, stepsOf(p))
+	require.NoError(t, p.Validate())
+	require.NoError(t, p.CheckAgainst(nodes))
+
+	// A podCIDR of another mask that the node does not hold is refused.
+	p.Steps[0].OldPodCIDRs = []string{"10.20.7.0/25", "fd00:20::/64"}
+	require.ErrorIs(t, p.Validate(), ErrInvalidPlan)
+	assert.ErrorContains(t, p.Validate(), "steps[0] (node y).newPodCIDRs[0] 10.20.6.0/25 is a /25 but the plan's layout gives nodes a /24 of 10.20.0.0/16")
+}
+
 func TestPlanAllocate(t *testing.T) {
 	nodes := derefs(node("a", cidrs("10.233.64.0/24")), node("b", cidrs("10.233.65.0/24")), node("c", cidrs("10.20.0.0/24")))
 	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
