@@ -134,3 +134,79 @@ func TestPreflightWrapsNodes(t *testing.T) {
 	assert.False(t, live.WouldStart)
 	assert.NotEmpty(t, live.FlagErrors)
 }
+
+// TestAuditReportsItsLayoutAndOrder: the report carries the layout it was
+// audited against (none without one), and its findings come errors first,
+// then by kind, then by node, whatever order they were found in.
+func TestAuditReportsItsLayoutAndOrder(t *testing.T) {
+	nodes := []corev1.Node{*node("a", cidrs("10.244.1.0/24")), *node("b", cidrs("10.244.1.0/24"))}
+	assert.Nil(t, AuditNodes(nodes, nil, AuditOptions{}).Layout)
+	l := layout(t, "10.244.0.0/16", 24)
+	r := AuditNodes(nodes, nil, AuditOptions{Layout: l})
+	require.NotNil(t, r.Layout)
+	assert.Equal(t, l, *r.Layout)
+
+	fs := []Finding{
+		{Kind: "b-kind", Severity: cidr.SeverityWarning, Nodes: []string{"a"}},
+		{Kind: "b-kind", Severity: cidr.SeverityError, Nodes: []string{"a"}},
+		{Kind: "a-kind", Severity: cidr.SeverityError, Nodes: []string{"z"}},
+		{Kind: "a-kind", Severity: cidr.SeverityError, Nodes: []string{"m"}},
+		{Kind: "a-kind", Severity: cidr.SeverityInfo, Nodes: []string{"a"}},
+	}
+	sortFindings(fs)
+	var got []string
+	for _, f := range fs {
+		got = append(got, fmt.Sprintf("%s %s %s", f.Severity, f.Kind, f.Nodes[0]))
+	}
+	assert.Equal(t, []string{"error a-kind m", "error a-kind z", "error b-kind a", "warning b-kind a", "info a-kind a"}, got)
+}
+
+// TestAuditCapacityUsesTheLayoutsNodeMask: the capacity of a cluster CIDR
+// is counted in subnets of the layout's node mask, not the family's
+// default; it is an error when nodes without a podCIDR outnumber the free
+// subnets, and a warning when none is free.
+func TestAuditCapacityUsesTheLayoutsNodeMask(t *testing.T) {
+	nodes := []corev1.Node{*node("a", cidrs("10.233.64.0/25")), *node("b", cidrs("10.233.64.128/25")), *node("c", nil)}
+	r := AuditNodes(nodes, nil, AuditOptions{Layout: layout(t, "10.233.64.0/24", 25)})
+	require.Len(t, r.Capacity, 1)
+	c := r.Capacity[0]
+	assert.Equal(t, 25, c.NodeMask)
+	assert.Equal(t, "2", c.Subnets.String())
+	assert.Equal(t, "0", c.Free.String())
+	var msgs []string
+	for _, f := range r.Findings {
+		if f.Kind == FindingCapacity {
+			msgs = append(msgs, string(f.Severity)+": "+f.Message)
+		}
+	}
+	assert.Equal(t, []string{"error: 1 nodes have no IPv4 podCIDR but only 0 /25 subnets are free in 10.233.64.0/24"}, msgs)
+
+	r = AuditNodes(nodes[:2], nil, AuditOptions{Layout: layout(t, "10.233.64.0/24", 25)})
+	msgs = nil
+	for _, f := range r.Findings {
+		if f.Kind == FindingCapacity {
+			msgs = append(msgs, string(f.Severity)+": "+f.Message)
+		}
+	}
+	assert.Equal(t, []string{"warning: no /25 subnet is free in 10.233.64.0/24: the next node to join gets no IPv4 podCIDR"}, msgs)
+}
+
+// TestAuditCountsEveryPodOutsideButNamesTen: a node with many pods outside
+// its podCIDR gets one finding that counts them all and names ten.
+func TestAuditCountsEveryPodOutsideButNamesTen(t *testing.T) {
+	nodes := []corev1.Node{*node("n1", cidrs("10.240.1.0/24"))}
+	var pods []PodSummary
+	for i := range 12 {
+		pods = append(pods, PodSummary{Namespace: "shop", Name: fmt.Sprintf("p%02d", i), NodeName: "n1", Phase: corev1.PodRunning,
+			IPs: []string{fmt.Sprintf("10.241.1.%d", i+2)}})
+	}
+	r := AuditNodes(nodes, pods, AuditOptions{Pods: true})
+	require.Len(t, r.Findings, 1)
+	f := r.Findings[0]
+	assert.Equal(t, FindingPodIPOutside, f.Kind)
+	assert.Len(t, f.Pods, 10)
+	assert.Equal(t, "shop/p00 10.241.1.2", f.Pods[0])
+	assert.Equal(t, "shop/p09 10.241.1.11", f.Pods[9])
+	assert.Equal(t, "12 pods on node n1 have IPs outside its podCIDR 10.240.1.0/24 (e.g. shop/p00 10.241.1.2); "+
+		"they got their addresses under an older podCIDR and must be restarted after the node's CNI is reset", f.Message)
+}

@@ -93,6 +93,50 @@ func TestParseControllerManagerArgs(t *testing.T) {
 	assert.Contains(t, err.Error(), "--node-cidr-mask-size=abc: want a number")
 }
 
+// TestDiscoverControllerManagerFlagsCorners: the first pod, by name, whose
+// command line has IPAM flags counts, not the first pod; a mask that
+// differs from kubeadm-config's is reported like a cluster CIDR that does;
+// a kubeadm-config without extraArgs is read; and with nothing to report,
+// the error is ErrNotDiscovered alone.
+func TestDiscoverControllerManagerFlagsCorners(t *testing.T) {
+	t.Run("the first pod with flags", func(t *testing.T) {
+		bare := kcmPod("--v=2")
+		bare.Name = "kube-controller-manager-a"
+		flagged := kcmPod("--allocate-node-cidrs=true", "--cluster-cidr=10.233.64.0/18", "--node-cidr-mask-size=25")
+		flagged.Name = "kube-controller-manager-b"
+		c, _ := nodecidrtest.New(flagged, bare, kubeadmConfig(v1beta4))
+		d, err := DiscoverControllerManagerFlags(ctxT(t), c)
+		require.NoError(t, err)
+		assert.Equal(t, "pod kube-system/kube-controller-manager-b", d.Source)
+		assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.233.64.0/18", NodeCIDRMaskSize: 25}, d.Flags)
+		assert.Equal(t, []string{"kubeadm-config says --allocate-node-cidrs=true --cluster-cidr=10.233.64.0/18 --node-cidr-mask-size=24 --service-cluster-ip-range=10.233.0.0/18 " +
+			"but the running kube-controller-manager uses --allocate-node-cidrs=true --cluster-cidr=10.233.64.0/18 --node-cidr-mask-size=25; " +
+			"the next kubeadm upgrade rewrites the manifest from kubeadm-config"}, d.Warnings, "only the mask differs")
+	})
+	t.Run("agreeing", func(t *testing.T) {
+		c, _ := nodecidrtest.New(kcmPod("--allocate-node-cidrs=true", "--cluster-cidr=10.233.64.0/18", "--node-cidr-mask-size=24"), kubeadmConfig(v1beta4))
+		d, err := DiscoverControllerManagerFlags(ctxT(t), c)
+		require.NoError(t, err)
+		assert.Empty(t, d.Warnings)
+	})
+	t.Run("kubeadm-config without extraArgs", func(t *testing.T) {
+		f, err := ParseKubeadmClusterConfiguration([]byte("apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nnetworking:\n  podSubnet: 10.244.0.0/16\n"))
+		require.NoError(t, err)
+		assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", ServiceClusterIPRange: DefaultKubeadmServiceSubnet}, f)
+	})
+	t.Run("nothing found, nothing to say", func(t *testing.T) {
+		c, _ := nodecidrtest.New()
+		_, err := DiscoverControllerManagerFlags(ctxT(t), c)
+		assert.Equal(t, ErrNotDiscovered, err)
+	})
+	t.Run("a flag without its value, last", func(t *testing.T) {
+		f, found, err := ParseControllerManagerArgs([]string{"--allocate-node-cidrs=true", "--cluster-cidr"})
+		require.NoError(t, err)
+		assert.True(t, found)
+		assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true}, f)
+	})
+}
+
 // The README's ClusterRole grants exactly what Apply checks for, no more.
 func TestClusterRoleCoversApply(t *testing.T) {
 	var role rbacv1.ClusterRole
