@@ -74,3 +74,38 @@ func TestListNodesRestartsOnExpiredContinue(t *testing.T) {
 	assert.True(t, apierrors.IsResourceExpired(err), "%v", err)
 	assert.Len(t, *requests, 8, "the first page and an expired second, four times: %v", *requests)
 }
+
+// TestListNodesPageSize: a zero or negative PageSize asks for pages of
+// DefaultPageSize, never for the whole list at once.
+func TestListNodesPageSize(t *testing.T) {
+	for _, size := range []int64{0, -3, 7} {
+		cs := fake.NewClientset(node("n1", cidrs("10.240.1.0/24")))
+		var limits []int64
+		cs.PrependReactor("list", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			limits = append(limits, a.(k8stesting.ListActionImpl).GetListOptions().Limit)
+			return false, nil, nil
+		})
+		nodes, err := ListNodes(context.Background(), cs, ListOptions{PageSize: size})
+		require.NoError(t, err)
+		assert.Len(t, nodes, 1)
+		want := int64(DefaultPageSize)
+		if size > 0 {
+			want = size
+		}
+		assert.Equal(t, []int64{want}, limits, "PageSize %d", size)
+	}
+}
+
+// TestNewNodeFromWithoutPodCIDRs: putting back a node that had no podCIDR
+// (a rollback of an allocate step) creates it with none, spec.podCIDR
+// included.
+func TestNewNodeFromWithoutPodCIDRs(t *testing.T) {
+	backup := node("none", nil)
+	backup.ResourceVersion, backup.UID = "7", "uid-none"
+	n := newNodeFrom(backup, nil, true)
+	assert.Empty(t, n.Spec.PodCIDR)
+	assert.Empty(t, n.Spec.PodCIDRs)
+	assert.Empty(t, n.ResourceVersion)
+	assert.Empty(t, n.UID)
+	assert.Equal(t, "none", n.Name)
+}

@@ -240,6 +240,30 @@ func TestPlanFixKeepsAHeldPodCIDROfAnotherMask(t *testing.T) {
 	assert.ErrorContains(t, p.Validate(), "steps[0] (node y).newPodCIDRs[0] 10.20.6.0/25 is a /25 but the plan's layout gives nodes a /24 of 10.20.0.0/16")
 }
 
+// TestCheckAgainstRefusesAPlanThatKeepsASharedPodCIDR: a step may keep a
+// podCIDR its node holds, but not one another node shares or overlaps:
+// after the plan the two would still clash. An edited plan that moves only
+// the IPv6 podCIDR of a node whose IPv4 one is shared, or overlapped, is
+// refused before anything is written.
+func TestCheckAgainstRefusesAPlanThatKeepsASharedPodCIDR(t *testing.T) {
+	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
+	for _, tc := range []struct{ name, other, want string }{
+		{"shared", "10.20.5.0/24", "after the plan podCIDR 10.20.5.0/24 is shared by"},
+		{"overlapped", "10.20.5.0/25", "after the plan node x's podCIDR 10.20.5.0/24 contains node y's podCIDR 10.20.5.0/25"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := derefs(node("x", cidrs("10.20.5.0/24", "fd00:20::/64")), node("y", cidrs(tc.other, "fd00:20:0:1::/64")))
+			p := &Plan{APIVersion: PlanAPIVersion, Kind: PlanKind, Mode: ModeFix, Layout: &l, Steps: []Step{{
+				Node: "x", UID: "uid-x", ResourceVersion: "1", Action: ActionRecreate,
+				OldPodCIDRs: []string{"10.20.5.0/24", "fd00:20::/64"}, NewPodCIDRs: []string{"10.20.5.0/24", "fd00:20:0:2::/64"}}}}
+			require.NoError(t, p.Validate())
+			err := p.CheckAgainst(nodes)
+			require.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
 func TestPlanAllocate(t *testing.T) {
 	nodes := derefs(node("a", cidrs("10.233.64.0/24")), node("b", cidrs("10.233.65.0/24")), node("c", cidrs("10.20.0.0/24")))
 	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
