@@ -264,6 +264,30 @@ func TestCheckAgainstRefusesAPlanThatKeepsASharedPodCIDR(t *testing.T) {
 	}
 }
 
+// TestPlanFixKeepsTheSubnetWithTheLayoutsMask: of two nodes whose podCIDRs
+// overlap, the one whose podCIDR has the layout's node mask keeps it, even
+// when the other has existed longer; the mask is the layout's (/25 here),
+// not the family's default.
+func TestPlanFixKeepsTheSubnetWithTheLayoutsMask(t *testing.T) {
+	nodes := derefs(node("older", cidrs("10.0.4.0/24"), age(1)), node("newer", cidrs("10.0.4.0/25"), age(9)))
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.0.0.0/16", 25)})
+	require.NoError(t, err)
+	require.Len(t, p.Steps, 1)
+	assert.Equal(t, "older", p.Steps[0].Node, "the /24 gives way to the /25")
+	np := cidr.MustParse(p.Steps[0].NewPodCIDRs[0])
+	assert.Equal(t, 25, np.Bits())
+	assert.False(t, np.Overlaps(cidr.MustParse("10.0.4.0/25")))
+	assert.Equal(t, "10.0.4.0/24 overlaps another node's podCIDR", p.Steps[0].Reason)
+
+	// A node without a podCIDR gets one, and the step says why.
+	nodes = append(nodes, *node("bare", nil, age(5)))
+	p, err = PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: layout(t, "10.0.0.0/16", 25)})
+	require.NoError(t, err)
+	require.NotNil(t, p.Step("bare"))
+	assert.Equal(t, "no podCIDR", p.Step("bare").Reason)
+	assert.Equal(t, "10.0.4.0/24 overlaps another node's podCIDR", p.Step("older").Reason)
+}
+
 func TestPlanAllocate(t *testing.T) {
 	nodes := derefs(node("a", cidrs("10.233.64.0/24")), node("b", cidrs("10.233.65.0/24")), node("c", cidrs("10.20.0.0/24")))
 	l := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16"), cidr.MustParse("fd00:20::/56")}, NodeMasks: []int{24, 64}}
