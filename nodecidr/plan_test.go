@@ -175,6 +175,14 @@ func TestPlanFixWithin(t *testing.T) {
 	// Nothing left inside Within: the plan says so.
 	_, err = PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l, Within: []netip.Prefix{netip.MustParsePrefix("10.240.0.0/23")}})
 	assert.ErrorIs(t, err, cidr.ErrFull)
+
+	// Excluded without Within: only the excluded subnets are skipped.
+	p, err = PlanNodes(nodes, PlanOptions{Mode: ModeFix, Layout: l,
+		Excluded: []netip.Prefix{netip.MustParsePrefix("10.240.1.0/24"), netip.MustParsePrefix("fd00:0:0:2::/63")}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{
+		"b": {"10.240.2.0/24", "fd00:0:0:1::/64"}, "c": {"10.240.3.0/24", "fd00:0:0:4::/64"}, "d": {"10.240.4.0/24", "fd00:0:0:5::/64"},
+	}, stepsOf(p))
 }
 
 // The second story: duplicates and nodes without podCIDR; the node holding a
@@ -286,6 +294,31 @@ func TestPlanFixKeepsTheSubnetWithTheLayoutsMask(t *testing.T) {
 	require.NotNil(t, p.Step("bare"))
 	assert.Equal(t, "no podCIDR", p.Step("bare").Reason)
 	assert.Equal(t, "10.0.4.0/24 overlaps another node's podCIDR", p.Step("older").Reason)
+
+	// Allocate says the same of a bare node, and names a podCIDR the
+	// single-stack layout has no cluster CIDR for by its position.
+	nodes = append(nodes, *node("dual", cidrs("10.0.9.0/25", "fd00::/64"), age(7)))
+	p, err = PlanNodes(nodes, PlanOptions{Mode: ModeAllocate, Layout: layout(t, "10.0.0.0/16", 25)})
+	require.NoError(t, err)
+	require.NotNil(t, p.Step("bare"))
+	assert.Equal(t, "no podCIDR", p.Step("bare").Reason)
+	require.NotNil(t, p.Step("dual"))
+	assert.Equal(t, "podCIDRs[1] fd00::/64 does not match the cluster CIDRs 10.0.0.0/16 by position", p.Step("dual").Reason)
+}
+
+// TestLayoutFlags: the kube-controller-manager flags a fix or allocate plan
+// checks itself against, as the controller wants them: one
+// --node-cidr-mask-size for a single cluster CIDR, one per family for two,
+// which is what lets the plan's preflight pass.
+func TestLayoutFlags(t *testing.T) {
+	assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.20.0.0/16", NodeCIDRMaskSize: 25, ServiceClusterIPRange: "10.96.0.0/12"},
+		layoutFlags(cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("10.20.0.0/16")}, NodeMasks: []int{25}, ServiceCIDRs: []netip.Prefix{cidr.MustParse("10.96.0.0/12")}}))
+	dual := cidr.NodeIPAMLayout{ClusterCIDRs: []netip.Prefix{cidr.MustParse("fd00:20::/56"), cidr.MustParse("10.20.0.0/16")}, NodeMasks: []int{64, 24}}
+	assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "fd00:20::/56,10.20.0.0/16", NodeCIDRMaskSizeIPv4: 24, NodeCIDRMaskSizeIPv6: 64},
+		layoutFlags(dual))
+	p, err := PlanNodes(derefs(node("a", nil)), PlanOptions{Mode: ModeAllocate, Layout: dual})
+	require.NoError(t, err)
+	assert.True(t, p.ControllerManager.WouldStart, "%v", p.Warnings)
 }
 
 func TestPlanAllocate(t *testing.T) {
