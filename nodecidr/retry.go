@@ -104,11 +104,11 @@ func retryUntil(ctx context.Context, r Retry, what string, deadline time.Time, r
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		}
-		if !deadline.IsZero() && time.Now().Add(wait).After(deadline) {
+		d := wait + time.Duration(rand.Int64N(int64(wait)/5+1)) // with its jitter
+		if !deadline.IsZero() && time.Now().Add(d).After(deadline) {
 			return fmt.Errorf("%s: still failing after %d attempts in %s: %w", what, attempt, time.Since(start).Round(time.Millisecond), err)
 		}
-		log.V(1).Info("retrying", "call", what, "attempt", attempt, "wait", wait, "err", err.Error())
-		d := wait + time.Duration(rand.Int64N(int64(wait)/5+1))
+		log.V(1).Info("retrying", "call", what, "attempt", attempt, "wait", d, "err", err.Error())
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package nodecidr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -31,7 +32,7 @@ func TestRetryZeroValueUsesTheDocumentedDefaults(t *testing.T) {
 		})
 		require.Error(t, err)
 		assert.ErrorIs(t, err, unavailable)
-		assert.Contains(t, err.Error(), "updating node w1: still failing after")
+		assert.Contains(t, err.Error(), fmt.Sprintf("updating node w1: still failing after %d attempts in ", len(calls)))
 		assert.Equal(t, start, calls[0], "the first call is not delayed")
 
 		want := 200 * time.Millisecond
@@ -43,7 +44,7 @@ func TestRetryZeroValueUsesTheDocumentedDefaults(t *testing.T) {
 		}
 		last := calls[len(calls)-1].Sub(start)
 		assert.LessOrEqual(t, last, 2*time.Minute, "no attempt after the 2-minute timeout")
-		assert.Greater(t, last+want, 2*time.Minute, "the retries stop only when the next wait would pass the timeout")
+		assert.Greater(t, last+want+want/5, 2*time.Minute, "the retries stop only when the next wait could pass the timeout")
 		// 200ms..6.4s is 12.6s over 6 waits; the 10s waits fill the rest.
 		assert.GreaterOrEqual(t, len(calls), 15)
 		assert.LessOrEqual(t, len(calls), 18)
