@@ -304,6 +304,10 @@ func TestPlanFixKeepsTheSubnetWithTheLayoutsMask(t *testing.T) {
 	assert.Equal(t, "no podCIDR", p.Step("bare").Reason)
 	require.NotNil(t, p.Step("dual"))
 	assert.Equal(t, "podCIDRs[1] fd00::/64 does not match the cluster CIDRs 10.0.0.0/16 by position", p.Step("dual").Reason)
+	p, err = PlanNodes(append(nodes, *node("away", cidrs("10.9.0.0/25"), age(8))), PlanOptions{Mode: ModeAllocate, Layout: layout(t, "10.0.0.0/16", 25)})
+	require.NoError(t, err)
+	require.NotNil(t, p.Step("away"))
+	assert.Equal(t, "10.9.0.0/25 is outside 10.0.0.0/16", p.Step("away").Reason)
 }
 
 // TestLayoutFlags: the kube-controller-manager flags a fix or allocate plan
@@ -319,6 +323,21 @@ func TestLayoutFlags(t *testing.T) {
 	p, err := PlanNodes(derefs(node("a", nil)), PlanOptions{Mode: ModeAllocate, Layout: dual})
 	require.NoError(t, err)
 	assert.True(t, p.ControllerManager.WouldStart, "%v", p.Warnings)
+}
+
+// TestRebaseFlags: the flags a rebase plan checks itself against carry the
+// mask its nodes keep (/25 here, not the default), one flag for one pair and
+// one per family for two.
+func TestRebaseFlags(t *testing.T) {
+	nodes := derefs(node("a", cidrs("10.10.1.0/25", "fd00:10:0:1::/80")), node("b", cidrs("10.10.1.128/25", "fd00:10:0:2::/80")))
+	p, err := PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16")}})
+	require.NoError(t, err)
+	assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.20.0.0/16", NodeCIDRMaskSize: 25}, rebaseFlags(p, p.Rebase))
+	pairs := []RebasePair{rebase("10.10.0.0/18", "10.20.0.0/16"), rebase("fd00:10::/56", "fd00:20::/56")}
+	p, err = PlanNodes(nodes, PlanOptions{Mode: ModeRebase, Rebase: pairs})
+	require.NoError(t, err)
+	assert.Equal(t, cidr.ControllerManagerFlags{AllocateNodeCIDRs: true, ClusterCIDR: "10.20.0.0/16,fd00:20::/56", NodeCIDRMaskSizeIPv4: 25, NodeCIDRMaskSizeIPv6: 80},
+		rebaseFlags(p, pairs))
 }
 
 func TestPlanAllocate(t *testing.T) {

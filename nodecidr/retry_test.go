@@ -68,3 +68,20 @@ func TestRetryTransientStopsAtTheFirstPermanentError(t *testing.T) {
 		assert.Less(t, time.Since(start), time.Second, "one 200ms wait, with its jitter")
 	})
 }
+
+// TestRetryWithANanosecondWait: the jitter of the shortest wait there is
+// (a 1ns Initial) is drawn from a range that is never empty.
+func TestRetryWithANanosecondWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		err := retryTransient(context.Background(), Retry{Initial: time.Nanosecond, Max: time.Nanosecond, Timeout: time.Millisecond}, "x", func(context.Context) error {
+			calls++
+			if calls < 5 {
+				return apierrors.NewServiceUnavailable("again")
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 5, calls)
+	})
+}
