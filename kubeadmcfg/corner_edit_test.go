@@ -57,10 +57,7 @@ func TestSetPodSubnetCorners(t *testing.T) {
 		{"key order", head + "networking:\n  serviceSubnet: 10.96.0.0/12\n  dnsDomain: cluster.local\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var want map[string]any
-			if err := yaml.Unmarshal([]byte(tc.doc), &want); err != nil {
-				t.Fatalf("the reference refuses the document: %v", err)
-			}
+			want := referenceOf(t, tc.doc)
 			c, err := ParseClusterConfiguration([]byte(tc.doc))
 			if err != nil {
 				if !typedError(err) {
@@ -83,19 +80,7 @@ func TestSetPodSubnetCorners(t *testing.T) {
 			}
 			net["podSubnet"] = "10.20.0.0/16"
 			want["networking"] = net
-			var got map[string]any
-			if err := yaml.Unmarshal([]byte(out), &got); err != nil {
-				t.Fatalf("the reference refuses the edited document: %v\n%s", err, out)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("edited:\n%s\nreads as %v\nwant %v", out, got, want)
-			}
-			for _, line := range strings.Split(tc.doc, "\n") {
-				if i := strings.Index(line, "# "); i >= 0 && !strings.Contains(out, strings.TrimRight(line[i:], "\r")) {
-					t.Errorf("comment %q lost:\n%s", line[i:], out)
-				}
-			}
-			t.Logf("%q -> %q", tc.doc, out)
+			checkEdited(t, tc.doc, out, want, nil)
 		})
 	}
 }
@@ -195,10 +180,7 @@ func TestExtraArgEditCorners(t *testing.T) {
 	for _, tc := range docs {
 		for _, e := range edits {
 			t.Run(tc.name+"/"+e.name, func(t *testing.T) {
-				var want map[string]any
-				if err := yaml.Unmarshal([]byte(tc.doc), &want); err != nil {
-					t.Fatalf("the reference refuses the document: %v", err)
-				}
+				want := referenceOf(t, tc.doc)
 				c, err := ParseClusterConfiguration([]byte(tc.doc))
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -220,20 +202,9 @@ func TestExtraArgEditCorners(t *testing.T) {
 					delete(cm, "extraArgs")
 				}
 				want["controllerManager"] = cm
-				var got map[string]any
-				if err := yaml.Unmarshal([]byte(out), &got); err != nil {
-					t.Fatalf("the reference refuses the edited document: %v\n%s", err, out)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("edited:\n%s\nreads as %v\nwant %v", out, got, want)
-				}
-				for _, line := range strings.Split(tc.doc, "\n") {
-					if i := strings.Index(line, "# "); i >= 0 && !strings.Contains(out, strings.TrimRight(line[i:], "\r")) {
-						if !strings.Contains(line, "cluster-cidr") || e.name != "remove" {
-							t.Errorf("comment %q lost:\n%s", line[i:], out)
-						}
-					}
-				}
+				checkEdited(t, tc.doc, out, want, func(line string) bool {
+					return e.name == "remove" && strings.Contains(line, "cluster-cidr")
+				})
 			})
 		}
 	}
@@ -259,10 +230,7 @@ func TestSetClusterDNSCorners(t *testing.T) {
 		{"CRLF", strings.ReplaceAll(head+"clusterDNS:\n- 10.96.0.10 # dns\nclusterDomain: cluster.local\n", "\n", "\r\n")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var want map[string]any
-			if err := yaml.Unmarshal([]byte(tc.doc), &want); err != nil {
-				t.Fatalf("the reference refuses the document: %v", err)
-			}
+			want := referenceOf(t, tc.doc)
 			k, err := ParseKubeletConfig([]byte(tc.doc))
 			if err != nil {
 				t.Fatalf("refused: %v", err)
@@ -273,22 +241,41 @@ func TestSetClusterDNSCorners(t *testing.T) {
 			}
 			out := string(k.Bytes())
 			want["clusterDNS"] = []any{dns[0], dns[1]}
-			var got map[string]any
-			if err := yaml.Unmarshal([]byte(out), &got); err != nil {
-				t.Fatalf("the reference refuses the edited document: %v\n%s", err, out)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("edited:\n%s\nreads as %v\nwant %v", out, got, want)
-			}
-			for _, line := range strings.Split(tc.doc, "\n") {
-				if i := strings.Index(line, "# "); i >= 0 && !strings.Contains(out, strings.TrimRight(line[i:], "\r")) {
-					t.Errorf("comment %q lost:\n%s", line[i:], out)
-				}
-			}
+			checkEdited(t, tc.doc, out, want, nil)
 			if strings.Contains(tc.doc, "clusterDNS: [") && !strings.Contains(out, "clusterDNS: [") {
 				t.Errorf("a flow list became a block list:\n%s", out)
 			}
-			t.Logf("%q -> %q", tc.doc, out)
 		})
 	}
+}
+
+// referenceOf reads doc as kubeadm does, with sigs.k8s.io/yaml.
+func referenceOf(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatalf("the reference refuses the document: %v", err)
+	}
+	return m
+}
+
+// checkEdited checks out, the edited doc: it must read as want with
+// sigs.k8s.io/yaml, and keep every comment of doc but those on the lines
+// dropped reports (nil: none).
+func checkEdited(t *testing.T, doc, out string, want map[string]any, dropped func(line string) bool) {
+	t.Helper()
+	var got map[string]any
+	if err := yaml.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("the reference refuses the edited document: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("edited:\n%s\nreads as %v\nwant %v", out, got, want)
+	}
+	for _, line := range strings.Split(doc, "\n") {
+		i := strings.Index(line, "# ")
+		if i >= 0 && !strings.Contains(out, strings.TrimRight(line[i:], "\r")) && (dropped == nil || !dropped(line)) {
+			t.Errorf("comment %q lost:\n%s", line[i:], out)
+		}
+	}
+	t.Logf("%q -> %q", doc, out)
 }
