@@ -189,6 +189,12 @@ func TestAuditCapacityUsesTheLayoutsNodeMask(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"warning: no /25 subnet is free in 10.233.64.0/24: the next node to join gets no IPv4 podCIDR"}, msgs)
+
+	// As many free subnets as nodes without one: enough, nothing to say.
+	r = AuditNodes([]corev1.Node{nodes[0], nodes[2]}, nil, AuditOptions{Layout: layout(t, "10.233.64.0/24", 25)})
+	assert.Equal(t, "1", r.Capacity[0].Free.String())
+	assert.Equal(t, 1, r.Capacity[0].NodesWithout)
+	assert.NotContains(t, kinds(r), FindingCapacity)
 }
 
 // TestAuditCountsEveryPodOutsideButNamesTen: a node with many pods outside
