@@ -109,3 +109,23 @@ func TestNewNodeFromWithoutPodCIDRs(t *testing.T) {
 	assert.Empty(t, n.UID)
 	assert.Equal(t, "none", n.Name)
 }
+
+// TestPodCIDRsOf reads a Node as kube-apiserver does: spec.podCIDRs, or
+// spec.podCIDR alone when podCIDRs is empty, and only spec.podCIDR when the
+// two disagree.
+func TestPodCIDRsOf(t *testing.T) {
+	for _, tc := range []struct {
+		podCIDR  string
+		podCIDRs []string
+		want     []string
+	}{
+		{"", nil, nil},
+		{"10.0.1.0/24", nil, []string{"10.0.1.0/24"}},
+		{"", []string{"10.0.1.0/24", "fd00::/64"}, []string{"10.0.1.0/24", "fd00::/64"}},
+		{"10.0.1.0/24", []string{"10.0.1.0/24", "fd00::/64"}, []string{"10.0.1.0/24", "fd00::/64"}},
+		{"10.0.2.0/24", []string{"10.0.1.0/24", "fd00::/64"}, []string{"10.0.2.0/24"}},
+	} {
+		n := &corev1.Node{Spec: corev1.NodeSpec{PodCIDR: tc.podCIDR, PodCIDRs: tc.podCIDRs}}
+		assert.Equal(t, tc.want, PodCIDRsOf(n), "podCIDR %q podCIDRs %v", tc.podCIDR, tc.podCIDRs)
+	}
+}
