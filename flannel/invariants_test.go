@@ -114,13 +114,23 @@ func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
 // TestApplyMovesADualStackLease: a planned move of a dual-stack lease passes
 // the plan's checks and lands on both new subnets.
 func TestApplyMovesADualStackLease(t *testing.T) {
+	to := SubnetKey{IPv4: netip.MustParsePrefix("10.5.35.0/24"), IPv6: netip.MustParsePrefix("fd00:10:244:6::/64")}
+	_, _, got := applyOneMove(t, `{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`,
+		"10.5.34.0-24&fd00:10:244:5::-64", to)
+	assert.Equal(t, to, got)
+}
+
+// applyOneMove stores the lease key under config, plans its move to to,
+// applies the plan, and returns the store, the registry and the subnet of
+// the only lease left.
+func applyOneMove(t *testing.T, config, key string, to SubnetKey) (*MemKV, *Registry, SubnetKey) {
+	t.Helper()
 	ctx := context.Background()
-	m, _, reg := newConfiguredRegistry(t, `{"Network": "10.5.0.0/16", "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`)
-	putLease(t, m, "10.5.34.0-24&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
+	m, _, reg := newConfiguredRegistry(t, config)
+	putLease(t, m, key, "192.168.0.1", "vxlan")
 	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)
-	to := SubnetKey{IPv4: netip.MustParsePrefix("10.5.35.0/24"), IPv6: netip.MustParsePrefix("fd00:10:244:6::/64")}
-	p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.34.0-24&fd00:10:244:5::-64", To: to}})
+	p, err := PlanMove(snap, []MoveRequest{{Key: key, To: to}})
 	require.NoError(t, err)
 	res, err := reg.Apply(ctx, p, ApplyOptions{})
 	require.NoError(t, err)
@@ -128,7 +138,7 @@ func TestApplyMovesADualStackLease(t *testing.T) {
 	snap, err = reg.Snapshot(ctx)
 	require.NoError(t, err)
 	require.Len(t, snap.Leases, 1)
-	assert.Equal(t, to, snap.Leases[0].Subnet)
+	return m, reg, snap.Leases[0].Subnet
 }
 
 // TestApplyMovesAnIPv6OnlyLease: in an IPv6-only network flanneld names a
@@ -136,27 +146,17 @@ func TestApplyMovesADualStackLease(t *testing.T) {
 // config does not enable, and must pass the plan's checks all the same.
 func TestApplyMovesAnIPv6OnlyLease(t *testing.T) {
 	ctx := context.Background()
-	m, _, reg := newConfiguredRegistry(t, `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`)
-	putLease(t, m, "0.0.0.0-0&fd00:10:244:5::-64", "192.168.0.1", "vxlan")
-	snap, err := reg.Snapshot(ctx)
-	require.NoError(t, err)
 	to := SubnetKey{IPv6: netip.MustParsePrefix("fd00:10:244:6::/64")}
-	p, err := PlanMove(snap, []MoveRequest{{Key: "0.0.0.0-0&fd00:10:244:5::-64", To: to}})
-	require.NoError(t, err)
-	res, err := reg.Apply(ctx, p, ApplyOptions{})
-	require.NoError(t, err)
-	assert.True(t, res.Done)
-	snap, err = reg.Snapshot(ctx)
-	require.NoError(t, err)
-	require.Len(t, snap.Leases, 1)
-	assert.Equal(t, SubnetKey{IPv4: netip.MustParsePrefix("0.0.0.0/0"), IPv6: to.IPv6}, snap.Leases[0].Subnet)
+	m, reg, got := applyOneMove(t, `{"EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56", "Backend": {"Type": "vxlan"}}`,
+		"0.0.0.0-0&fd00:10:244:5::-64", to)
+	assert.Equal(t, SubnetKey{IPv4: netip.MustParsePrefix("0.0.0.0/0"), IPv6: to.IPv6}, got)
 
 	// An IPv4 part that is not the lease's own is a destination in a family
 	// the config does not enable.
 	putLease(t, m, "0.0.0.0-0&fd00:10:244:7::-64", "192.168.0.2", "vxlan")
-	snap, err = reg.Snapshot(ctx)
+	snap, err := reg.Snapshot(ctx)
 	require.NoError(t, err)
-	p, err = PlanMove(snap, []MoveRequest{{Key: "0.0.0.0-0&fd00:10:244:7::-64", To: SubnetKey{IPv6: netip.MustParsePrefix("fd00:10:244:8::/64")}}})
+	p, err := PlanMove(snap, []MoveRequest{{Key: "0.0.0.0-0&fd00:10:244:7::-64", To: SubnetKey{IPv6: netip.MustParsePrefix("fd00:10:244:8::/64")}}})
 	require.NoError(t, err)
 	p.Steps[0].To.IPv4 = netip.MustParsePrefix("10.5.0.0/24")
 	p.Steps[0].NewKey = strings.TrimSuffix(p.Steps[0].NewKey, "0.0.0.0-0&fd00:10:244:8::-64") + p.Steps[0].To.String()
