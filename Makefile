@@ -90,17 +90,23 @@ bench:
 	cd e2e && CIDRSHIFT_PERF=1 $(GO) test -count=1 -timeout 90m -v -run 'TestNodeRewrite|TestScaleOffline' ./perf
 
 # mutate: gremlins on each library package in turn, smallest first (tests of
-# that package only), installed into a temporary directory. The section between the
-# mutate markers in TESTING.md is rewritten with a row per package: killed,
-# lived, not covered (and how many of those are in code no test ran),
-# efficacy, time, date and commit. MUTATE_PKGS picks a
-# subset: only their rows are rewritten, the others kept as they were (a
-# package takes up to two hours, so the table is filled over several runs);
-# MUTATE_WORKERS limits the parallel test runs.
-# Logs stay in the directory it prints.
+# that package only), one file of the package at a time (tools/mutate).
+# gremlins is installed into a temporary directory. Each file's result is
+# kept in MUTATE_STATE (default: the user cache directory's cidrshift-mutate)
+# under a hash of the package's tree, so a run that is stopped, or that
+# reaches MUTATE_BUDGET (a Go duration: no file starts after it), goes on
+# where it left off; a change to the package, or to a module package its
+# tests import, measures it afresh. The section between the mutate markers
+# in TESTING.md gets a package's row when every file of it has been
+# measured at the same tree: killed, lived, not covered (and how many of
+# those are in code no test ran), efficacy, time, date and commit; the
+# other rows are kept as they were (a package takes two to four hours, so
+# the table is filled over several runs). MUTATE_PKGS picks the packages;
+# MUTATE_WORKERS limits the parallel test runs. Logs stay in the state
+# directory it prints.
 # nodenet's data-plane tests make real network namespaces: run as root.
 # CIDRSHIFT_REQUIRE_DATAPLANE=1 makes one that cannot run fail, so gremlins'
-# coverage run fails (the row says "gremlins failed") instead of the
+# coverage run fails (and the run with it) instead of the
 # namespace code silently counting as not covered. A mutant of nodenet can
 # act on the caller's network namespace instead of the test's (negate
 # `w.NetNS != ""` or `!h.ns.IsOpen()` in host_linux.go and the routes,
@@ -121,16 +127,17 @@ bench:
 GREMLINS ?= github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_ALL := internal/journal cidr kubeadmcfg flannel calico servicecidr nodecidr nodenet migrate
 MUTATE_PKGS ?= $(MUTATE_ALL)
+# gremlins' --workers. (Not --test-cpu: v0.6.0 passes "-cpu N" to go test as one argument,
+# every test binary then exits 1 on the unknown flag and every mutant counts as killed.)
 MUTATE_WORKERS ?=
+MUTATE_BUDGET ?=
+MUTATE_STATE ?=
 # The commit a row was measured at (in a copy of the tree without .git, give it).
 MUTATE_REV ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 # gremlins times a mutant out at the coverage run's time times this; each
 # mutant's run also compiles the package. GOFLAGS=-count=1 keeps the coverage
 # run from being a cached (near-zero) one.
 MUTATE_TIMEOUT_COEFFICIENT ?= 10
-# (Not --test-cpu: v0.6.0 passes "-cpu N" to go test as one argument, every
-# test binary then exits 1 on the unknown flag and every mutant counts as killed.)
-MUTATE_FLAGS ?= --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) $(if $(MUTATE_WORKERS),--workers $(MUTATE_WORKERS))
 
 # mutate-cidr: gremlins on cidr alone, in make test (issue 21: cidr's efficacy stays checked
 # in CI). 95.05% when last measured (365 killed, 19 lived, every lived one argued equivalent in
@@ -159,49 +166,12 @@ mutate-cidr:
 	rm -rf $$out
 
 mutate:
-	@set -e; out=$$(mktemp -d); echo "gremlins logs in $$out"; \
+	@set -e; out=$$(mktemp -d); \
 	GOBIN=$$out $(GO) install $(GREMLINS); \
-	rows=$$out/rows; : > $$rows; \
-	for p in $(MUTATE_ALL); do \
-	  case " $(MUTATE_PKGS) " in *" $$p "*) ;; *) continue;; esac; \
-	  log=$$out/$$(echo $$p | tr / _).log; start=$$(date +%s); \
-	  iso=; if [ "$$p" = nodenet ]; then iso="unshare --net --"; fi; \
-	  echo "== $$iso gremlins unleash $(MUTATE_FLAGS) ./$$p"; \
-	  when="$$(date -u +%F) $(MUTATE_REV)"; \
-	  $$iso $(GO) test -count=1 -run '^$$' ./$$p > /dev/null; \
-	  if CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $$out/gremlins unleash $(MUTATE_FLAGS) ./$$p > $$log 2>&1; then \
-	    set -- $$(sed -n 's/^Killed: \([0-9]*\), Lived: \([0-9]*\), Not covered: \([0-9]*\).*/\1 \2 \3/p' $$log) x x x; \
-	    eff=$$(sed -n 's/^Test efficacy: \(.*\)$$/\1/p' $$log); \
-	    cases=$$(CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 $$iso $(GO) run -C tools ./casemutants -module .. \
-	      -timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) -log $$log ./$$p 2>&1 | tee $$log.cases | \
-	      sed -n 's/^casemutants: killed \([0-9]*\), lived \([0-9]*\).*/\1 \/ \2/p'); \
-	    unrun=$$(sed -n 's/^casemutants: .*; \([0-9]*\) not covered in blocks no test ran;.*/\1/p' $$log.cases); \
-	    printf '| %s | %s | %s | %s | %s | %s | %s | %ss (--workers %s) | %s |\n' "$$p" "$$1" "$$2" "$$3" "$${unrun:-?}" "$$eff" "$${cases:-casemutants failed: see $$log.cases}" "$$(( $$(date +%s) - start ))" "$(or $(MUTATE_WORKERS),$(shell nproc 2>/dev/null || echo ?))" "$$when" >> $$rows; \
-	  else \
-	    printf '| %s | | | | | | | gremlins failed: see %s | %s |\n' "$$p" "$$log" "$$when" >> $$rows; \
-	  fi; \
-	  tail -4 $$log; tail -1 $$log.cases 2>/dev/null || true; \
-	done; \
-	if [ ! -f TESTING.md ]; then printf '# How the tests are checked\n\n' > TESTING.md; fi; \
-	sed -n '/<!-- mutate:begin/,/<!-- mutate:end/p' TESTING.md > $$out/old; \
-	sect=$$out/section; \
-	{ echo '<!-- mutate:begin: written by make mutate; edits here are lost -->'; \
-	  echo; \
-	  echo "Each row is written by \`make mutate\` when its package is in MUTATE_PKGS, and kept when it is not: \`CIDRSHIFT_REQUIRE_DATAPLANE=1 GOFLAGS=-count=1 gremlins unleash --timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) --workers N ./<package>\` (nodenet under \`unshare --net\`; $(GREMLINS), $$($(GO) env GOVERSION), $$(nproc 2>/dev/null || echo ?) CPUs; the workers are in the time column, the date and commit in the last)."; \
-	  echo "Case conditions: of the not covered mutants, those in a tagless switch's case expressions, which the cover tool puts in no block, so gremlins never runs them; \`tools/casemutants\` runs them (killed / lived; not in the efficacy)."; \
-	  echo "In code no test ran: of the not covered mutants, those in a block of the coverage profile that no test ran (\`tools/casemutants\` counts them): code no test can protect, which the efficacy leaves out. Rows measured before this column have it empty."; \
-	  echo; \
-	  echo '| package | killed | lived | not covered | of them in code no test ran | efficacy | case conditions killed / lived | time | measured |'; \
-	  echo '|---|---:|---:|---:|---:|---:|---:|---|---|'; \
-	  for p in $(MUTATE_ALL); do \
-	    r=$$(awk -v p="| $$p |" 'index($$0, p) == 1' $$rows $$out/old | head -1 | \
-	      awk -F'|' -v OFS='|' 'NF == 10 { $$5 = $$5 "| " } 1'); \
-	    echo "$${r:-| $$p | | | | | | | | not measured |}"; \
-	  done; \
-	  echo; \
-	  echo '<!-- mutate:end -->'; } > $$sect; \
-	if grep -q '<!-- mutate:begin' TESTING.md; then \
-	  awk -v sf=$$sect '/<!-- mutate:begin/ { while ((getline l < sf) > 0) print l; skip = 1; next } \
-	    /<!-- mutate:end/ { skip = 0; next } !skip' TESTING.md > $$out/TESTING.md && cp $$out/TESTING.md TESTING.md; \
-	else cat $$sect >> TESTING.md; fi; \
-	cat $$sect
+	$(GO) build -C tools -o $$out/casemutants ./casemutants; \
+	$(GO) build -C tools -o $$out/mutate ./mutate; \
+	$$out/mutate -module . $(if $(MUTATE_STATE),-state $(MUTATE_STATE)) -gremlins $$out/gremlins \
+	  -casemutants $$out/casemutants -gremlins-id $(GREMLINS) -all '$(MUTATE_ALL)' -isolate nodenet \
+	  -timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) $(if $(MUTATE_WORKERS),-workers $(MUTATE_WORKERS)) \
+	  $(if $(MUTATE_BUDGET),-budget $(MUTATE_BUDGET)) -rev '$(MUTATE_REV)' $(MUTATE_PKGS) || rc=$$?; \
+	rm -rf $$out; exit $${rc:-0}
