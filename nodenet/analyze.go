@@ -36,11 +36,13 @@ type snapshot struct {
 	fdb []FDBEntry
 	// chains maps "table/chain" to its rules; a missing chain is absent.
 	chains map[string][]Rule
-	// cniFile is the CNI config used ("" when none parses); cniBad lists the
-	// files before it that could not be read.
-	cniFile string
-	cni     *CNIConfig
-	cniBad  []fileProblem
+	// cniFile is the CNI config the layout comes from ("" when none
+	// parses); cniBad lists the files before it that could not be read;
+	// cniInUse is the file the runtime uses when nodenet cannot parse it.
+	cniFile  string
+	cni      *CNIConfig
+	cniBad   []fileProblem
+	cniInUse *fileProblem
 	// envFile is subnet.env's path, envData its content; envMissing when the
 	// file does not exist.
 	envFile    string
@@ -182,9 +184,20 @@ func (a *auditor) cniConfig() {
 		a.add(CodeCNIConfigInvalid, cidr.SeverityWarning, "file "+b.path,
 			fmt.Sprintf("cannot be read (%v); the runtime skips it too if a later file is valid", b.err))
 	}
+	if u := a.s.cniInUse; u != nil {
+		layout := fmt.Sprintf("nodenet found no config it handles and assumes network %s and bridge %s", DefaultCNINetwork, a.r.Bridge)
+		if a.s.cni != nil {
+			layout = fmt.Sprintf("nodenet took network %s from %s, which the runtime uses only if %s delegates to it (as multus does), and bridge %s",
+				a.s.cni.Name, a.s.cniFile, filepath.Base(u.path), a.r.Bridge)
+		}
+		a.add(CodeCNIConfigUnsupported, cidr.SeverityWarning, "file "+u.path,
+			fmt.Sprintf("is the CNI config the container runtime uses, but not one nodenet handles (%v); %s: if this node's pods are not on that bridge, nodenet's fixes do not apply here", u.err, layout))
+	}
 	if a.s.cni == nil {
-		a.add(CodeCNIConfigMissing, cidr.SeverityWarning, "dir "+a.w.CNIConfDir,
-			fmt.Sprintf("holds no CNI config; assuming network %s and bridge %s", DefaultCNINetwork, a.r.Bridge))
+		if a.s.cniInUse == nil {
+			a.add(CodeCNIConfigMissing, cidr.SeverityWarning, "dir "+a.w.CNIConfDir,
+				fmt.Sprintf("holds no CNI config; assuming network %s and bridge %s", DefaultCNINetwork, a.r.Bridge))
+		}
 		return
 	}
 	for _, s := range a.s.cni.Subnets {

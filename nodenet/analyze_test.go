@@ -477,6 +477,41 @@ func TestAnalyzeCNIConfigFindings(t *testing.T) {
 	assert.Equal(t, []netip.Prefix{pfx("10.244.3.0/24")}, r.OldPodCIDRs)
 }
 
+// TestAnalyzeCNIConfigTheRuntimeUsesButNodenetDoesNot: the runtime's file
+// is one nodenet does not handle; the warning names it and says where the
+// layout came from (a later file, or the defaults), and a directory with
+// such a file is not reported as holding no config.
+func TestAnalyzeCNIConfigTheRuntimeUsesButNodenetDoesNot(t *testing.T) {
+	w := mustWant(t, Want{Node: "n1", PodCIDR: pfx("10.244.9.0/24"), Network: pfx("10.244.0.0/16"), Backend: BackendHostGW, LivePodsComplete: true})
+	cniFindings := func(s *snapshot) []string {
+		var got []string
+		for _, f := range analyze(w, s).Findings {
+			if strings.HasPrefix(string(f.Code), "cni-config-") {
+				got = append(got, f.String())
+			}
+		}
+		return got
+	}
+	multus := &fileProblem{path: "/etc/cni/net.d/00-multus.conf", err: errors.New(`type "multus": must be bridge or flannel`)}
+
+	s := baseSnapshot()
+	s.cniInUse = multus
+	assert.Equal(t, []string{
+		`warning cni-config-unsupported file /etc/cni/net.d/00-multus.conf: is the CNI config the container runtime uses, but not one nodenet handles (type "multus": must be bridge or flannel); nodenet took network cbr0 from /etc/cni/net.d/10-flannel.conflist, which the runtime uses only if 00-multus.conf delegates to it (as multus does), and bridge cni0: if this node's pods are not on that bridge, nodenet's fixes do not apply here`,
+	}, cniFindings(s))
+
+	s = baseSnapshot()
+	s.cniFile, s.cni, s.cniInUse = "", nil, multus
+	s.cniBad = []fileProblem{{path: "/etc/cni/net.d/00-untyped.conf", err: errors.New(`is skipped by container runtimes`)}}
+	assert.Equal(t, []string{
+		`warning cni-config-invalid file /etc/cni/net.d/00-untyped.conf: cannot be read (is skipped by container runtimes); the runtime skips it too if a later file is valid`,
+		`warning cni-config-unsupported file /etc/cni/net.d/00-multus.conf: is the CNI config the container runtime uses, but not one nodenet handles (type "multus": must be bridge or flannel); nodenet found no config it handles and assumes network cbr0 and bridge cni0: if this node's pods are not on that bridge, nodenet's fixes do not apply here`,
+	}, cniFindings(s))
+
+	s.cniInUse = nil
+	assert.Contains(t, cniFindings(s), "warning cni-config-missing dir "+w.CNIConfDir+": holds no CNI config; assuming network cbr0 and bridge cni0")
+}
+
 // TestOutcomeAndNotConvergedText: what Apply's outcomes and its
 // not-converged error print, with and without a detail.
 func TestOutcomeAndNotConvergedText(t *testing.T) {

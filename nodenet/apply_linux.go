@@ -70,11 +70,11 @@ func Apply(ctx context.Context, want Want, plan *Plan, opts ApplyOptions) (*Resu
 		return nil, err
 	}
 	defer h.close()
-	_, cni, _, err := readCNI(w.CNIConfDir)
+	cni, err := readCNI(w.CNIConfDir)
 	if err != nil {
 		return nil, err
 	}
-	bridge, resDir := layout(w, cni)
+	bridge, resDir := layout(w, cni.cfg)
 	h.bridge = bridge
 	vtep := ""
 	if w.Backend == BackendVXLAN {

@@ -45,14 +45,15 @@ func TestReadCNISkipsWhatTheRuntimeSkips(t *testing.T) {
 		require.NotEqual(t, "cbr0", c.Name)
 	}
 
-	path, c, bad, err := readCNI(dir)
+	r, err := readCNI(dir)
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(dir, "10-flannel.conflist"), path)
-	require.NotNil(t, c)
-	assert.Equal(t, "cbr0", c.Name)
-	assert.Equal(t, "flannel", c.Plugin)
+	assert.Equal(t, filepath.Join(dir, "10-flannel.conflist"), r.file)
+	require.NotNil(t, r.cfg)
+	assert.Equal(t, "cbr0", r.cfg.Name)
+	assert.Equal(t, "flannel", r.cfg.Plugin)
+	assert.Nil(t, r.inUse, "the runtime uses the flannel conflist")
 	got := map[string]string{}
-	for _, b := range bad {
+	for _, b := range r.bad {
 		got[filepath.Base(b.path)] = b.err.Error()
 		assert.ErrorIs(t, b.err, ErrBadCNIConfig)
 	}
@@ -63,4 +64,72 @@ func TestReadCNISkipsWhatTheRuntimeSkips(t *testing.T) {
 		"04-untyped.conflist":   `nodenet: invalid CNI config: (file) "04-untyped.conflist": is skipped by container runtimes (libcni: failed to parse plugin config 0: error parsing configuration: missing 'type')`,
 		"05-no-type.json":       `nodenet: invalid CNI config: (file) "05-no-type.json": is skipped by container runtimes (libcni: error parsing configuration: missing 'type')`,
 	}, got)
+}
+
+// TestReadCNINamesTheRuntimesFileWhenNodenetCannotParseIt: when the file
+// the runtime uses is valid for it but not a config nodenet handles (a
+// calico list, a multus config), readCNI says which and why, and reads
+// the layout from the first later file it parses, or none. The files the
+// runtime skips stay problems of their own; a later one it would load is
+// none: the runtime never reads it.
+func TestReadCNINamesTheRuntimesFileWhenNodenetCannotParseIt(t *testing.T) {
+	const calico = `{"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [{"type": "calico", "ipam": {"type": "calico-ipam"}}, {"type": "portmap"}]}`
+	const multus = `{"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus", "delegates": [` + flannelConflist + `]}`
+	for _, tc := range []struct {
+		name        string
+		files       map[string]string
+		inUse, file string
+		inUseErr    string
+		bad         []string
+	}{{
+		name:     "calico alone",
+		files:    map[string]string{"10-calico.conflist": calico},
+		inUse:    "10-calico.conflist",
+		inUseErr: `nodenet: invalid CNI config: plugins "2 plugins": has no plugin of type bridge or flannel; nodenet handles the bridge plugin, directly or through flannel`,
+	}, {
+		name:     "multus before flannel",
+		files:    map[string]string{"00-multus.conf": multus, "10-flannel.conflist": flannelConflist, "05-broken.conflist": "{"},
+		inUse:    "00-multus.conf",
+		inUseErr: `nodenet: invalid CNI config: type "multus": must be bridge or flannel`,
+		file:     "10-flannel.conflist",
+		bad:      []string{"05-broken.conflist"},
+	}, {
+		name:  "a skipped file, calico, one the runtime would load, one it skips, flannel",
+		files: map[string]string{"00-untyped.conf": `{"name": "x"}`, "10-calico.conflist": calico, "20-ptp.conf": `{"name": "p", "type": "ptp"}`, "40-untyped.conf": `{"name": "y"}`, "50-flannel.conflist": flannelConflist},
+		inUse: "10-calico.conflist", inUseErr: "has no plugin of type bridge or flannel",
+		file: "50-flannel.conflist",
+		bad:  []string{"00-untyped.conf", "40-untyped.conf"},
+	}, {
+		name:  "flannel first",
+		files: map[string]string{"10-flannel.conflist": flannelConflist, "20-calico.conflist": calico},
+		file:  "10-flannel.conflist",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, data := range tc.files {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644))
+			}
+			r, err := readCNI(dir)
+			require.NoError(t, err)
+			if tc.inUse == "" {
+				assert.Nil(t, r.inUse)
+			} else if assert.NotNil(t, r.inUse) {
+				assert.Equal(t, filepath.Join(dir, tc.inUse), r.inUse.path)
+				assert.ErrorIs(t, r.inUse.err, ErrBadCNIConfig)
+				assert.Contains(t, r.inUse.err.Error(), tc.inUseErr)
+			}
+			if tc.file == "" {
+				assert.Empty(t, r.file)
+				assert.Nil(t, r.cfg)
+			} else {
+				assert.Equal(t, filepath.Join(dir, tc.file), r.file)
+				assert.NotNil(t, r.cfg)
+			}
+			var bad []string
+			for _, b := range r.bad {
+				bad = append(bad, filepath.Base(b.path))
+			}
+			assert.Equal(t, tc.bad, bad)
+		})
+	}
 }

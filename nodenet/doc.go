@@ -19,7 +19,8 @@
 //     network namespace Want.NetNS names, or the caller's) and the files under
 //     configurable roots (Want.RunFlannelDir, CNIDataDir, CNIConfDir, so an
 //     agent with the host mounted at /host works; of CNIConfDir it reads the
-//     file the container runtime uses, picked by libcni's rules), and returns
+//     file the container runtime uses, picked by libcni's rules, and warns
+//     when that file is not a bridge or flannel config), and returns
 //     typed findings with severity, the object and the actions that fix each
 //     one. Old ranges come from the Want or are inferred from the bridge,
 //     subnet.env and the rules.

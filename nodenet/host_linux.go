@@ -355,18 +355,36 @@ func readFile(path string) ([]byte, error) {
 	return data, err
 }
 
-// readCNI reads the first CNI config of CNIConfDir that parses, the way
-// container runtimes pick it: sorted by name, .conf, .conflist and .json,
-// skipping a file libcni does not load (runtimeRefusesCNI).
-func readCNI(dir string) (string, *CNIConfig, []fileProblem, error) {
+// cniRead is what readCNI found in CNIConfDir.
+type cniRead struct {
+	// file is the config nodenet reads the layout from ("" when none
+	// parses), cfg what it says.
+	file string
+	cfg  *CNIConfig
+	// bad lists the files before file that the runtime skips, or that
+	// could not be read.
+	bad []fileProblem
+	// inUse is the file the container runtime uses when nodenet cannot
+	// parse it (a calico or multus config, say), with why; nil when the
+	// runtime uses file, or no file at all.
+	inUse *fileProblem
+}
+
+// readCNI reads CNIConfDir the way container runtimes pick a file: sorted
+// by name, .conf, .conflist and .json, skipping a file libcni does not load
+// (runtimeRefusesCNI); the runtime uses the first one left. When nodenet
+// cannot parse that one, readCNI says so (inUse) and reads the layout from
+// the first later file it can parse, which the runtime reads only through
+// a delegating config (multus's).
+func readCNI(dir string) (cniRead, error) {
+	var r cniRead
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", nil, nil, nil
+		return r, nil
 	}
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("nodenet: read CNIConfDir %s: %w", dir, err)
+		return r, fmt.Errorf("nodenet: read CNIConfDir %s: %w", dir, err)
 	}
-	var bad []fileProblem
 	for _, e := range ents { // os.ReadDir sorts by name
 		switch filepath.Ext(e.Name()) {
 		case ".conf", ".conflist", ".json":
@@ -381,15 +399,22 @@ func readCNI(dir string) (string, *CNIConfig, []fileProblem, error) {
 		if err == nil {
 			err = runtimeRefusesCNI(path, data)
 		}
-		if err == nil {
-			var c *CNIConfig
-			if c, err = ParseCNIConfig(data); err == nil {
-				return path, c, bad, nil
-			}
+		if err != nil {
+			r.bad = append(r.bad, fileProblem{path: path, err: err})
+			continue
 		}
-		bad = append(bad, fileProblem{path: path, err: err})
+		c, err := ParseCNIConfig(data)
+		if err == nil {
+			r.file, r.cfg = path, c
+			return r, nil
+		}
+		// The runtime reads none after the first it loads: a later file
+		// nodenet cannot parse is no problem of the node's.
+		if r.inUse == nil {
+			r.inUse = &fileProblem{path: path, err: err}
+		}
 	}
-	return "", nil, bad, nil
+	return r, nil
 }
 
 // readReservations lists host-local's address files in dir (IPv4 only).
@@ -429,9 +454,11 @@ func (h *host) snapshot() (*snapshot, error) {
 	w := h.w
 	s := &snapshot{iptables: h.backend, envFile: filepath.Join(w.RunFlannelDir, "subnet.env")}
 	var err error
-	if s.cniFile, s.cni, s.cniBad, err = readCNI(w.CNIConfDir); err != nil {
+	cni, err := readCNI(w.CNIConfDir)
+	if err != nil {
 		return nil, err
 	}
+	s.cniFile, s.cni, s.cniBad, s.cniInUse = cni.file, cni.cfg, cni.bad, cni.inUse
 	var bridge string
 	bridge, s.resDir = layout(w, s.cni)
 	s.envData, err = readFile(s.envFile)

@@ -115,6 +115,12 @@ const (
 	CodeCNIConfigMissing Code = "cni-config-missing"
 	// CodeCNIConfigInvalid: a file in CNIConfDir cannot be read. A warning.
 	CodeCNIConfigInvalid Code = "cni-config-invalid"
+	// CodeCNIConfigUnsupported: the file the container runtime uses from
+	// CNIConfDir is not a config nodenet handles (not the bridge plugin,
+	// directly or through flannel); the layout comes from a later file, or
+	// defaults. Right when the file delegates to that one (multus), wrong
+	// when the pods are on another plugin (calico, ptp). A warning.
+	CodeCNIConfigUnsupported Code = "cni-config-unsupported"
 	// CodeCNIConfigRange: the CNI config's host-local range is not the
 	// podCIDR; new pods get addresses from the wrong range.
 	CodeCNIConfigRange Code = "cni-config-range"
@@ -151,7 +157,9 @@ type Report struct {
 	VTEP   string `json:"vtep,omitempty"`
 	// IPTables is the iptables backend used (IPTablesNFT or IPTablesLegacy).
 	IPTables string `json:"iptables"`
-	// CNIConfigFile is the CNI config read; empty when there is none.
+	// CNIConfigFile is the CNI config the bridge and host-local directory
+	// were read from; empty when there is none. It is not the file the
+	// runtime uses when a cni-config-unsupported finding names another.
 	CNIConfigFile string `json:"cniConfigFile,omitempty"`
 	// ReservationDir is host-local's directory for the CNI network.
 	ReservationDir string `json:"reservationDir"`
