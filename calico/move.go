@@ -400,17 +400,23 @@ func (a *applier) evict(ctx context.Context, p PodRef) error {
 				return perr
 			}
 			e := Event{Type: EventEvictBlocked, Object: obj}
+			var why string
 			if len(pdbs) > 0 {
 				e.PDB = &pdbs[0]
-				e.Message = fmt.Sprintf("eviction of %s refused: PodDisruptionBudget %s/%s allows %d disruption(s) (healthy %d, needs %d); retrying in %s",
-					p, pdbs[0].Namespace, pdbs[0].Name, pdbs[0].DisruptionsAllowed, pdbs[0].CurrentHealthy, pdbs[0].DesiredHealthy, backoff)
+				why = fmt.Sprintf("eviction of %s refused: PodDisruptionBudget %s/%s allows %d disruption(s) (healthy %d, needs %d)",
+					p, pdbs[0].Namespace, pdbs[0].Name, pdbs[0].DisruptionsAllowed, pdbs[0].CurrentHealthy, pdbs[0].DesiredHealthy)
 			} else {
-				e.Message = fmt.Sprintf("eviction of %s refused (429: %s); retrying in %s", p, err.Error(), backoff)
+				why = fmt.Sprintf("eviction of %s refused (429: %s)", p, err.Error())
 			}
-			a.emit(e)
 			if !deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
-				return fmt.Errorf("%w: pod %s after %s: %s", ErrEvictionBlocked, p, a.opts.PDBTimeout, e.Message)
+				// The next try would come after PDBTimeout: stop now.
+				e.Message = why + "; giving up: the next try would come after PDBTimeout " + a.opts.PDBTimeout.String()
+				a.emit(e)
+				return fmt.Errorf("%w: pod %s refused for %s, and the next try (in %s) would come after PDBTimeout %s: %s",
+					ErrEvictionBlocked, p, (a.opts.PDBTimeout - time.Until(deadline)).Round(time.Second), backoff, a.opts.PDBTimeout, why)
 			}
+			e.Message = why + "; retrying in " + backoff.String()
+			a.emit(e)
 			if err := sleep(ctx, backoff); err != nil {
 				return err
 			}
