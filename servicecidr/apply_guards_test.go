@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -69,23 +70,41 @@ func TestApplyRetriesWithADoublingBackoff(t *testing.T) {
 }
 
 // TestApplyRetriesAfterTheDefaultPollIntervalWhenUnset: a zero PollInterval
-// means the default second between retries, not a busy loop.
+// means the default second between retries, not a busy loop. On
+// testing/synctest's clock, so the second is exact and takes no wall time.
 func TestApplyRetriesAfterTheDefaultPollIntervalWhenUnset(t *testing.T) {
-	t.Parallel() // a second of waiting
-	cl, c := newStory3(t, "v1")
-	p, err := c.Plan(context.Background(), story3PlanOptions())
-	require.NoError(t, err)
-	failFirstCreates(cl, "kube-dns", 1)
-	rec := &recorder{}
-	ao := fastApply(t.TempDir())
-	ao.PollInterval = 0
-	ao.RetryTimeout = 10 * time.Second
-	ao.Progress = rec.add
-	_, err = c.Apply(context.Background(), p, ao)
-	require.NoError(t, err)
-	retries := rec.kinds(servicecidr.EventRetry)
-	require.Len(t, retries, 1)
-	assert.Contains(t, retries[0].Message, "attempt 1 refused, retrying in 1s:")
+	synctest.Test(t, func(t *testing.T) {
+		cl, c := newStory3(t, "v1")
+		p, err := c.Plan(context.Background(), story3PlanOptions())
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var tries []time.Time
+		cl.FailServiceCreate(func(s *corev1.Service) error {
+			if s.Name != "kube-dns" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tries = append(tries, time.Now()); len(tries) == 1 {
+				return notAllocatable()
+			}
+			return nil
+		})
+		rec := &recorder{}
+		ao := fastApply(t.TempDir())
+		ao.PollInterval = 0
+		ao.RetryTimeout = 10 * time.Second
+		ao.Progress = rec.add
+		_, err = c.Apply(context.Background(), p, ao)
+		require.NoError(t, err)
+		retries := rec.kinds(servicecidr.EventRetry)
+		require.Len(t, retries, 1)
+		assert.Contains(t, retries[0].Message, "attempt 1 refused, retrying in 1s:")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, tries, 2)
+		assert.Equal(t, time.Second, tries[1].Sub(tries[0]), "the retry comes the default second after the refusal")
+	})
 }
 
 // TestApplyWarnsToSetKubeletClusterDNSOnlyWhenTheDNSServiceFallsBack: when
@@ -419,40 +438,46 @@ func TestRecoverReportsDefaultKubernetesWhateverTheNumberOfServiceRecords(t *tes
 // deleted its create is retried until RetryTimeout has passed, and the
 // attempt started before then is not cut short: the create's context lasts
 // a PollInterval longer. The API server refuses the address for 5.5 s;
-// with PollInterval 2s and RetryTimeout 7s the attempts are at about 0, 2
-// and 6 s, and the third gets through. With the context a PollInterval
+// with PollInterval 2s and RetryTimeout 7s the attempts are at 0, 2 and
+// 6 s, and the third gets through. With the context a PollInterval
 // shorter, the wait ends at 5 s and the third attempt is refused (the fake
-// ignores the context). Half a second of margin on each side, for a loaded
-// machine.
+// ignores the context). On testing/synctest's clock: the times are exact
+// and take no wall time.
 func TestApplyKeepsRetryingTheCreateForTheWholeRetryTimeout(t *testing.T) {
-	t.Parallel() // six seconds of waiting
-	cl, c := newStory3(t, "v1")
-	p, err := c.Plan(context.Background(), story3PlanOptions())
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var first time.Time
-	cl.FailServiceCreate(func(s *corev1.Service) error {
-		if s.Name != "kube-dns" {
+	synctest.Test(t, func(t *testing.T) {
+		cl, c := newStory3(t, "v1")
+		p, err := c.Plan(context.Background(), story3PlanOptions())
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var first time.Time
+		var tries []time.Duration
+		cl.FailServiceCreate(func(s *corev1.Service) error {
+			if s.Name != "kube-dns" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if first.IsZero() {
+				first = time.Now()
+			}
+			tries = append(tries, time.Since(first))
+			if time.Since(first) < 5500*time.Millisecond {
+				return notAllocatable()
+			}
 			return nil
-		}
+		})
+		rec := &recorder{}
+		ao := fastApply(t.TempDir())
+		ao.PollInterval, ao.RetryTimeout = 2*time.Second, 7*time.Second
+		ao.Progress = rec.add
+		_, err = c.Apply(context.Background(), p, ao)
+		require.NoError(t, err)
+		assert.Len(t, rec.kinds(servicecidr.EventRetry), 2)
 		mu.Lock()
-		defer mu.Unlock()
-		if first.IsZero() {
-			first = time.Now()
-		}
-		if time.Since(first) < 5500*time.Millisecond {
-			return notAllocatable()
-		}
-		return nil
+		assert.Equal(t, []time.Duration{0, 2 * time.Second, 6 * time.Second}, tries)
+		mu.Unlock()
+		dns, ok := cl.Service("kube-system", "kube-dns")
+		require.True(t, ok)
+		assert.Equal(t, []string{"172.24.0.10"}, dns.Spec.ClusterIPs)
 	})
-	rec := &recorder{}
-	ao := fastApply(t.TempDir())
-	ao.PollInterval, ao.RetryTimeout = 2*time.Second, 7*time.Second
-	ao.Progress = rec.add
-	_, err = c.Apply(context.Background(), p, ao)
-	require.NoError(t, err)
-	assert.Len(t, rec.kinds(servicecidr.EventRetry), 2)
-	dns, ok := cl.Service("kube-system", "kube-dns")
-	require.True(t, ok)
-	assert.Equal(t, []string{"172.24.0.10"}, dns.Spec.ClusterIPs)
 }
