@@ -133,3 +133,47 @@ func TestReadCNINamesTheRuntimesFileWhenNodenetCannotParseIt(t *testing.T) {
 		})
 	}
 }
+
+// TestReadCNISeesTheListsPluginsFromItsDirectory: libcni 1.3 runs a list's
+// plugins from <dir>/<name>/*.conf after the inline ones, unless the list
+// sets loadOnlyInlinedPlugins; nodenet reads the list the same way, so it
+// finds a flannel plugin there, and an inline bridge plugin still comes
+// first.
+func TestReadCNISeesTheListsPluginsFromItsDirectory(t *testing.T) {
+	const flannel = `{"type": "flannel", "delegate": {"bridge": "br5", "isDefaultGateway": true}}`
+	const bridge = `{"type": "bridge", "bridge": "br6"}`
+	for _, tc := range []struct {
+		name, list, plugin string
+		bridge             string // "" when the runtime's list is not one nodenet handles
+	}{
+		{"no inline plugins", `{"cniVersion": "1.1.0", "name": "cbr0"}`, flannel, "br5"},
+		{"after an inline portmap", `{"cniVersion": "1.1.0", "name": "cbr0", "plugins": [{"type": "portmap", "capabilities": {"portMappings": true}}]}`, flannel, "br5"},
+		{"after an inline bridge", `{"cniVersion": "1.1.0", "name": "cbr0", "plugins": [` + bridge + `]}`, flannel, "br6"},
+		{"before a tuning plugin", `{"cniVersion": "1.1.0", "name": "cbr0", "plugins": [` + bridge + `]}`, `{"type": "tuning"}`, "br6"},
+		{"inline only", `{"cniVersion": "1.1.0", "name": "cbr0", "loadOnlyInlinedPlugins": true, "plugins": [{"type": "portmap"}]}`, flannel, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "10-flannel.conflist"), []byte(tc.list), 0o644))
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "cbr0"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "cbr0", "10-plugin.conf"), []byte(tc.plugin), 0o644))
+			r, err := readCNI(dir)
+			require.NoError(t, err)
+			assert.Empty(t, r.bad)
+			if tc.bridge == "" {
+				assert.Nil(t, r.cfg)
+				if assert.NotNil(t, r.inUse) {
+					assert.Equal(t, filepath.Join(dir, "10-flannel.conflist"), r.inUse.path)
+					assert.Contains(t, r.inUse.err.Error(), "has no plugin of type bridge or flannel")
+				}
+				return
+			}
+			assert.Nil(t, r.inUse)
+			assert.Equal(t, filepath.Join(dir, "10-flannel.conflist"), r.file)
+			require.NotNil(t, r.cfg)
+			assert.Equal(t, "cbr0", r.cfg.Name)
+			assert.Equal(t, map[string]string{"br5": "flannel", "br6": "bridge"}[tc.bridge], r.cfg.Plugin)
+			assert.Equal(t, tc.bridge, r.cfg.Bridge)
+		})
+	}
+}

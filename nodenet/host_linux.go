@@ -372,7 +372,7 @@ type cniRead struct {
 
 // readCNI reads CNIConfDir the way container runtimes pick a file: sorted
 // by name, .conf, .conflist and .json, skipping a file libcni does not load
-// (runtimeRefusesCNI); the runtime uses the first one left. When nodenet
+// (runtimeCNI); the runtime uses the first one left. When nodenet
 // cannot parse that one, readCNI says so (inUse) and reads the layout from
 // the first later file it can parse, which the runtime reads only through
 // a delegating config (multus's).
@@ -397,7 +397,7 @@ func readCNI(dir string) (cniRead, error) {
 		path := filepath.Join(dir, e.Name())
 		data, err := readFile(path)
 		if err == nil {
-			err = runtimeRefusesCNI(path, data)
+			data, err = runtimeCNI(path, data)
 		}
 		if err != nil {
 			r.bad = append(r.bad, fileProblem{path: path, err: err})
