@@ -9,7 +9,8 @@
 #                 ServiceCIDR and node-rewrite scenarios on 1.33.13 and 1.30.14 as well
 #   make fuzz   - a short fuzzing pass over every parser
 #   make bench  - benchmarks (not part of CI)
-#   make mutate - mutation testing (gremlins) of every library package; writes the table in TESTING.md (slow, not in make test)
+#   make mutate - mutation testing (gremlins) of every library package, one file at a time and
+#                 resumable (MUTATE_BUDGET); writes the table in TESTING.md (slow, not in make test)
 #   make mutate-cidr - the short mutation check of cidr that make test runs: fails when its
 #                 efficacy falls to MUTATE_CIDR_THRESHOLD percent or below
 #   make deps   - the Debian packages the data-plane tests need (iptables, conntrack, iproute2),
