@@ -134,11 +134,12 @@ MUTATE_WORKERS ?=
 MUTATE_BUDGET ?=
 MUTATE_STATE ?=
 # TMPDIR for gremlins and the tests it runs (their t.TempDir journals, and
-# gremlins' copies of the module): a tmpfs when there is one. The journals'
-# fsyncs on a disk dominate some packages' tests: nodecidr's crash test took
-# 18.3 s with its temporary files on disk and 2.8 s on /dev/shm, for the
-# same tests. Durability is tested through journal.FS, not real fsyncs.
-MUTATE_TMPDIR ?= $(firstword $(wildcard /dev/shm))
+# gremlins' copies of the module, one per worker, e2e/.cache included):
+# /dev/shm when it has 4 GiB free. The journals' fsyncs on a disk dominate
+# some packages' tests: nodecidr's crash test took 18.3 s with its temporary
+# files on disk and 2.8 s on /dev/shm, for the same tests. Durability is
+# tested through journal.FS, not real fsyncs.
+MUTATE_TMPDIR ?= $(shell [ "$$(df --output=avail -k /dev/shm 2>/dev/null | tail -1)" -ge 4194304 ] 2>/dev/null && echo /dev/shm)
 # The commit a row was measured at (in a copy of the tree without .git, give it).
 MUTATE_REV ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 # gremlins times a mutant out at the coverage run's time times this; each
