@@ -10,7 +10,9 @@
 // import, go.mod and go.sum). A run that is stopped, or that reaches its
 // -budget, goes on where it left off the next time: the files already
 // measured at that key are not run again, and a change to the package or
-// to what it imports starts it afresh.
+// to what it imports starts it afresh. The key does not cover the Go and
+// gremlins versions or the timeout coefficient: the Makefile pins gremlins,
+// and a row measured across a Go upgrade mixes the two.
 //
 // When every file of a package has a result, mutate runs tools/casemutants
 // over the files' logs (the case conditions gremlins cannot run, and the
