@@ -362,8 +362,10 @@ func (c config) command(ctx context.Context, pkg string, w io.Writer, name strin
 	cmd.Env = append(os.Environ(), "CIDRSHIFT_REQUIRE_DATAPLANE=1", "GOFLAGS=-count=1")
 	// gremlins runs go test in copies of the module: stop it with an
 	// interrupt so it removes them, and kill it only if it does not stop.
+	// It lets the running mutants' tests finish first: 40 s and more for
+	// nodecidr, whose copy was left in TMPDIR when this waited 30 s.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 30 * time.Second
+	cmd.WaitDelay = 5 * time.Minute
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
