@@ -1,6 +1,7 @@
 package nodecidr
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,6 +178,12 @@ func TestDecodeObjects(t *testing.T) {
 		{"item on the next line", "items:\n-\n  kind: Node\n  metadata: {name: a}\nkind: List\n", 1, 0, 0},
 		{"empty", "", 0, 0, 0},
 		{"comments only", "# nothing\n---\n# here\n", 0, 0, 0},
+		// A document of white space only is empty, even one YAML would
+		// refuse to parse (a tab cannot start a token).
+		{"documents of white space only", "---\n\t\n---\nkind: Node\nmetadata: {name: a}\n---\n \t \r\n", 1, 0, 0},
+		// The first item of a typed List without a kind, with an escape
+		// that sends it past the fast path to encoding/json.
+		{"JSON PodList, kinds left out", `{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"\u0061"}},{"metadata":{"name":"b"}}]}`, 0, 2, 0},
 		{"other group", "apiVersion: crd.projectcalico.org/v1\nkind: Node\nmetadata: {name: a}\n", 0, 0, 1},
 	}
 	for _, tc := range tests {
@@ -223,14 +230,19 @@ func TestDecodeObjectsErrors(t *testing.T) {
 	}
 	many.WriteString("kind: List\n")
 	for _, bad := range []struct{ name, in, msg string }{
-		{"YAML syntax", "a: [", "document 1"},
+		// Each position is matched up to its colon: "document 1" alone
+		// is also the start of "document 1 item 1".
+		{"YAML syntax", "a: [", "document 1: yaml: line 1"},
+		{"a sequence in column 1", " - kind: Pod\n   metadata:\n     name: a\n", "document 1: not a Kubernetes object: json: cannot unmarshal array"},
 		{"Node without name", "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\nkind: Node\nspec: {podCIDR: 10.0.0.0/24}\n", "document 2: Node without metadata.name"},
 		{"not an object", "just a string", "not a Kubernetes object"},
 		{"no kind", "apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n", "document 1 item 0: no kind"},
 		{"no kind, block", "apiVersion: v1\nitems:\n- metadata:\n    name: x\nkind: List\n", "document 1 item 0: no kind"},
-		{"Node field type", "kind: Node\nmetadata: {name: a}\nspec: {podCIDRs: 5}\n", "Node"},
+		{"Node field type", "kind: Node\nmetadata: {name: a}\nspec: {podCIDRs: 5}\n", "document 1: Node: json: cannot unmarshal number"},
+		{"JSON Node field type", `{"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"},"spec":{"podCIDRs":5}}`, "document 2: Node: json: cannot unmarshal number"},
 		{"Pod field type in item 517", many.String(), "document 1 item 517: Pod: json: cannot unmarshal string into Go struct field"},
 		{"item syntax", "items:\n- kind: Pod\n  metadata: {name: [\n- kind: Pod\nkind: List\n", "document 1 item 0: yaml"},
+		{"item syntax in item 2", "items:\n- kind: Node\n  metadata: {name: a}\n- kind: Node\n  metadata: {name: b}\n- kind: Pod\n  metadata: {name: [\nkind: List\n", "document 1 item 2: yaml: line 2"},
 		{"separator", "kind: Node\nmetadata: {name: a}\n--- x\n", "document 1: invalid Yaml document separator: x"},
 		{"items but not a List", "items:\n- kind: Node\n  metadata: {name: a}\nkind: Pod\n", `document 1: a "Pod" with items; want a List`},
 		{"JSON syntax in item", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}}, {"kind": }]}`, "document 1 item 1: not a Kubernetes object: invalid character"},
@@ -249,6 +261,66 @@ func TestDecodeObjectsErrors(t *testing.T) {
 			_, err := DecodeObjects([]byte(bad.in))
 			require.ErrorIs(t, err, ErrDump)
 			assert.Contains(t, err.Error(), bad.msg)
+		})
+	}
+}
+
+func TestIsJSONLooksPastWhiteSpace(t *testing.T) {
+	ws := func(n int) string { return strings.Repeat(" \t\r\n", n/4) }
+	for _, tc := range []struct {
+		name string
+		in   string
+		want bool
+	}{
+		{"object", `{"a":1}`, true},
+		{"empty object", "{}", true},
+		{"white space inside", "{ \n\t\"a\":1}", true},
+		{"empty object with white space", "{ }", true},
+		{"white space before", " \t\r\n{\"a\":1}", true},
+		{"a whole peek of white space before", ws(64) + `{"a":1}`, true},
+		{"a whole peek of white space inside", "{" + ws(64) + `"a":1}`, true},
+		{"40 KiB of white space before", ws(40<<10) + `{"a":1}`, true},
+		{"40 KiB of white space inside", "{" + ws(40<<10) + `"a":1}`, true},
+		// Past 64 KiB it gives up: the YAML reader reads JSON too.
+		{"70 KiB of white space before", ws(70<<10) + `{"a":1}`, false},
+		{"YAML flow mapping", "{a: 1}", false},
+		{"YAML flow mapping after white space", "{ \n a: 1}", false},
+		{"YAML", "kind: List", false},
+		{"a brace, then white space to the end", "{ \n", false},
+		{"a brace, then a whole peek of white space to the end", "{" + ws(64), false},
+		{"a brace", "{", false},
+		{"white space", " \n", false},
+		{"nothing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, isJSON(bufio.NewReaderSize(strings.NewReader(tc.in), 1<<20)))
+		})
+	}
+}
+
+func TestDecodeObjectsKeepsBothControlPlaneComponentsInFull(t *testing.T) {
+	pod := func(ns, name, component string) string {
+		return fmt.Sprintf("- apiVersion: v1\n  kind: Pod\n  metadata:\n    name: %s\n    namespace: %s\n    labels: {component: %s}\n  spec:\n    containers:\n    - command: [%s, --flag]\n", name, ns, component, component)
+	}
+	in := "apiVersion: v1\nitems:\n" +
+		pod("kube-system", "coredns-1", "coredns") +
+		pod("kube-system", "kube-apiserver-a", "kube-apiserver") +
+		pod("team", "kube-apiserver-b", "kube-apiserver") +
+		pod("kube-system", "kube-controller-manager-a", "kube-controller-manager") +
+		"kind: List\n"
+	js, err := yaml.YAMLToJSON([]byte(in))
+	require.NoError(t, err)
+	for name, in := range map[string]string{"YAML": in, "JSON": string(js)} {
+		t.Run(name, func(t *testing.T) {
+			d, err := DecodeObjects([]byte(in))
+			require.NoError(t, err)
+			var got []string
+			for _, p := range d.ControlPlanePods {
+				got = append(got, p.Name+" "+strings.Join(p.Spec.Containers[0].Command, " "))
+			}
+			assert.Equal(t, []string{"kube-apiserver-a kube-apiserver --flag", "kube-controller-manager-a kube-controller-manager --flag"}, got,
+				"the kube-system Pods of both components, and only those")
+			assert.Len(t, d.Pods, 4)
 		})
 	}
 }
