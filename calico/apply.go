@@ -128,8 +128,9 @@ type ApplyOptions struct {
 	// (default 1s and 30s).
 	EvictionBackoff    time.Duration
 	MaxEvictionBackoff time.Duration
-	// PDBTimeout bounds how long one pod's eviction may be refused; 0 waits
-	// until ctx is done.
+	// PDBTimeout bounds how long one pod's eviction may be refused: counted
+	// from the first refusal, with the last try at its end (a backoff that
+	// would end later is cut short). 0 waits until ctx is done.
 	PDBTimeout time.Duration
 	// DrainTimeout is how long Verify's leftovers (IPAM allocations not yet
 	// released) are awaited before the old pool's deletion is refused; default 2m.

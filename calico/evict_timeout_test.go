@@ -19,10 +19,11 @@ import (
 
 // TestApplyGivesUpOnAnEvictionRefusedPastPDBTimeout: an eviction refused
 // with 429 every time is retried after the documented default waits (1s,
-// doubling, capped at 30s), and Apply stops with ErrEvictionBlocked before
-// a wait would end past PDBTimeout: it neither waits on nor goes on to
-// delete the old pool. On testing/synctest's clock, so the two minutes
-// take no wall time and the times are exact.
+// doubling, capped at 30s), the last wait cut short so that the last try
+// comes exactly PDBTimeout after the first refusal; refused then too, Apply
+// stops with ErrEvictionBlocked: it neither waits on nor goes on to delete
+// the old pool. On testing/synctest's clock, so the two minutes take no
+// wall time and the times are exact.
 func TestApplyGivesUpOnAnEvictionRefusedPastPDBTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := newQuiet(t, lonelyPods("default", "lonely", "10.233.64.4"))
@@ -38,7 +39,10 @@ func TestApplyGivesUpOnAnEvictionRefusedPastPDBTimeout(t *testing.T) {
 			mu.Unlock()
 			return true, nil, apierrors.NewTooManyRequests("the server is busy", 0)
 		})
-		ctx := context.Background()
+		// Fake time too: an Apply that never gives up fails the test at
+		// 10 minutes instead of hanging it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
 		plan := q.plan(t)
 		opts := fastOptions(t.TempDir())
 		opts.OnEvent = q.onEvent
@@ -47,13 +51,13 @@ func TestApplyGivesUpOnAnEvictionRefusedPastPDBTimeout(t *testing.T) {
 		res, err := calico.Apply(ctx, q.cl, plan, opts)
 		require.Error(t, err)
 		assert.True(t, errors.Is(err, calico.ErrEvictionBlocked), "%v", err)
-		assert.Equal(t, "eviction refused by a PodDisruptionBudget: pod default/lonely-1 refused for 1m31s, and the next try (in 30s) would come after PDBTimeout 2m0s: eviction of default/lonely-1 refused (429: the server is busy)", err.Error())
+		assert.Equal(t, "eviction refused by a PodDisruptionBudget: pod default/lonely-1 refused for PDBTimeout 2m0s: eviction of default/lonely-1 refused (429: the server is busy)", err.Error())
 		var said []string
 		for _, ev := range q.eventsOf(calico.EventEvictBlocked) {
 			said = append(said, ev.Message[len("eviction of default/lonely-1 refused (429: the server is busy); "):])
 		}
-		assert.Equal(t, []string{"retrying in 1s", "retrying in 2s", "retrying in 4s", "retrying in 8s", "retrying in 16s", "retrying in 30s", "retrying in 30s",
-			"giving up: the next try would come after PDBTimeout 2m0s"}, said, "each refusal is reported, the last one as the end")
+		assert.Equal(t, []string{"retrying in 1s", "retrying in 2s", "retrying in 4s", "retrying in 8s", "retrying in 16s", "retrying in 30s", "retrying in 30s", "retrying in 29s",
+			"giving up: refused for PDBTimeout 2m0s"}, said, "each refusal is reported, the last one as the end")
 		s := time.Second
 		mu.Lock()
 		require.NotEmpty(t, tries)
@@ -63,9 +67,9 @@ func TestApplyGivesUpOnAnEvictionRefusedPastPDBTimeout(t *testing.T) {
 			since = append(since, d-first)
 		}
 		mu.Unlock()
-		assert.Equal(t, []time.Duration{0, 1 * s, 3 * s, 7 * s, 15 * s, 31 * s, 61 * s, 91 * s}, since,
-			"the attempts, from the first: waits of 1s, 2s, 4s, 8s, 16s, 30s, 30s, and no wait that would end past 120s")
-		assert.Equal(t, 91*s, time.Since(start)-first, "Apply returns at the last refusal")
+		assert.Equal(t, []time.Duration{0, 1 * s, 3 * s, 7 * s, 15 * s, 31 * s, 61 * s, 91 * s, 120 * s}, since,
+			"the attempts, from the first: waits of 1s, 2s, 4s, 8s, 16s, 30s, 30s, and 29s to the deadline instead of 30s past it")
+		assert.Equal(t, 120*s, time.Since(start)-first, "Apply returns at the last refusal, at the deadline")
 		require.NotNil(t, res)
 		assert.False(t, res.Done)
 		assert.False(t, res.OldPoolDeleted)

@@ -373,10 +373,7 @@ func (a *applier) evict(ctx context.Context, p PodRef) error {
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, DryRun: dryRun(a.opts.DryRun == DryRunServer)},
 	}
 	backoff := a.opts.EvictionBackoff
-	var deadline time.Time
-	if a.opts.PDBTimeout > 0 {
-		deadline = time.Now().Add(a.opts.PDBTimeout)
-	}
+	var deadline time.Time // PDBTimeout after the first refusal
 	for {
 		if err := a.wait(ctx); err != nil {
 			return err
@@ -408,16 +405,23 @@ func (a *applier) evict(ctx context.Context, p PodRef) error {
 			} else {
 				why = fmt.Sprintf("eviction of %s refused (429: %s)", p, err.Error())
 			}
-			if !deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
-				// The next try would come after PDBTimeout: stop now.
-				e.Message = why + "; giving up: the next try would come after PDBTimeout " + a.opts.PDBTimeout.String()
-				a.emit(e)
-				return fmt.Errorf("%w: pod %s refused for %s, and the next try (in %s) would come after PDBTimeout %s: %s",
-					ErrEvictionBlocked, p, (a.opts.PDBTimeout - time.Until(deadline)).Round(time.Second), backoff, a.opts.PDBTimeout, why)
+			wait := backoff
+			if a.opts.PDBTimeout > 0 {
+				if deadline.IsZero() {
+					deadline = time.Now().Add(a.opts.PDBTimeout)
+				}
+				left := time.Until(deadline)
+				if left <= 0 {
+					e.Message = why + "; giving up: refused for PDBTimeout " + a.opts.PDBTimeout.String()
+					a.emit(e)
+					return fmt.Errorf("%w: pod %s refused for PDBTimeout %s: %s", ErrEvictionBlocked, p, a.opts.PDBTimeout, why)
+				}
+				// The last try comes at the deadline, not a backoff early.
+				wait = min(wait, left)
 			}
-			e.Message = why + "; retrying in " + backoff.String()
+			e.Message = why + "; retrying in " + wait.String()
 			a.emit(e)
-			if err := sleep(ctx, backoff); err != nil {
+			if err := sleep(ctx, wait); err != nil {
 				return err
 			}
 			backoff = min(2*backoff, a.opts.MaxEvictionBackoff)
