@@ -900,11 +900,11 @@ func resolvePlain(v []byte) (yKind, bool) {
 		}
 		return yStr, false
 	case '+', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if isInfOrNaN(v) { // before numberLike: "-.inf" has letters
+			return yNumber, false
+		}
 		if !numberLike(v) {
 			return yStr, false
-		}
-		if isInfOrNaN(v) {
-			return yNumber, false
 		}
 		plain := strings.ReplaceAll(string(v), "_", "")
 		if _, err := strconv.ParseInt(plain, 0, 64); err == nil {

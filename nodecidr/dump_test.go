@@ -238,6 +238,9 @@ func TestDecodeObjectsErrors(t *testing.T) {
 		{"not an object", "just a string", "not a Kubernetes object"},
 		{"no kind", "apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n", "document 1 item 0: no kind"},
 		{"no kind, block", "apiVersion: v1\nitems:\n- metadata:\n    name: x\nkind: List\n", "document 1 item 0: no kind"},
+		// The fast path read a signed infinity as a string, and so
+		// accepted the Pod that sigs.k8s.io/yaml refuses.
+		{"a signed infinity", "kind: Pod\nmetadata:\n  name: a\nspec:\n  nodeName: -.inf\n", "document 1: json: unsupported value: -Inf"},
 		{"Node field type", "kind: Node\nmetadata: {name: a}\nspec: {podCIDRs: 5}\n", "document 1: Node: json: cannot unmarshal number"},
 		{"JSON Node field type", `{"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"},"spec":{"podCIDRs":5}}`, "document 2: Node: json: cannot unmarshal number"},
 		{"Pod field type in item 517", many.String(), "document 1 item 517: Pod: json: cannot unmarshal string into Go struct field"},
