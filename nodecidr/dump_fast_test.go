@@ -57,19 +57,11 @@ func TestResolvePlainIsGoYAMLs(t *testing.T) {
 		"2024-01-01", "1.2.3", "1..2", "0xG", "+0x1_F", "1f", "0.5.", "12:30", "a", "0xa", "0xA", "-0xaF", "0XAf", "0x9",
 	}
 	const digits = "01.eE+-_xob"
-	var gen func(prefix string, n int)
-	gen = func(prefix string, n int) {
-		if prefix != "" && prefix[0] != '-' { // "-" and "- x" start a sequence, not a scalar
-			scalars = append(scalars, prefix)
+	eachString(digits, 4, func(v string) {
+		if v[0] != '-' { // "-" and "- x" start a sequence, not a scalar
+			scalars = append(scalars, v)
 		}
-		if n == 0 {
-			return
-		}
-		for _, c := range digits {
-			gen(prefix+string(c), n-1)
-		}
-	}
-	gen("", 4)
+	})
 	for _, c := range digits {
 		for _, d := range digits {
 			scalars = append(scalars, "-"+string(c)+string(d)) // the '-' ones after all
@@ -183,4 +175,20 @@ func TestFastPathTakesWhatItDocuments(t *testing.T) {
 			assert.Equal(t, tc.js, js, "converted by the fast path")
 		})
 	}
+}
+
+// eachString calls fn with every string of 1 to n bytes of alphabet.
+func eachString(alphabet string, n int, fn func(string)) {
+	var gen func(prefix string, n int)
+	gen = func(prefix string, n int) {
+		if prefix != "" {
+			fn(prefix)
+		}
+		if n > 0 {
+			for _, c := range alphabet {
+				gen(prefix+string(c), n-1)
+			}
+		}
+	}
+	gen("", n)
 }
