@@ -132,6 +132,9 @@ MUTATE_PKGS ?= $(MUTATE_ALL)
 # every test binary then exits 1 on the unknown flag and every mutant counts as killed.)
 MUTATE_WORKERS ?=
 MUTATE_BUDGET ?=
+# Files (relative to their package) measured before the package's others, in
+# this order: the safety paths first when a package takes more than one sitting.
+MUTATE_FIRST ?=
 MUTATE_STATE ?=
 # TMPDIR for gremlins and the tests it runs (their t.TempDir journals, and
 # gremlins' copies of the module, one per worker, e2e/.cache included):
@@ -181,5 +184,5 @@ mutate:
 	$(if $(MUTATE_TMPDIR),TMPDIR=$(MUTATE_TMPDIR)) $$out/mutate -module . $(if $(MUTATE_STATE),-state $(MUTATE_STATE)) -gremlins $$out/gremlins \
 	  -casemutants $$out/casemutants -gremlins-id $(GREMLINS) -all '$(MUTATE_ALL)' -isolate nodenet \
 	  -timeout-coefficient $(MUTATE_TIMEOUT_COEFFICIENT) $(if $(MUTATE_WORKERS),-workers $(MUTATE_WORKERS)) \
-	  $(if $(MUTATE_BUDGET),-budget $(MUTATE_BUDGET)) -rev '$(MUTATE_REV)' $(MUTATE_PKGS) || rc=$$?; \
+	  $(if $(MUTATE_BUDGET),-budget $(MUTATE_BUDGET)) $(if $(MUTATE_FIRST),-first '$(MUTATE_FIRST)') -rev '$(MUTATE_REV)' $(MUTATE_PKGS) || rc=$$?; \
 	rm -rf $$out; exit $${rc:-0}

@@ -10,7 +10,9 @@
 // import, go.mod and go.sum). A run that is stopped, or that reaches its
 // -budget, goes on where it left off the next time: the files already
 // measured at that key are not run again, and a change to the package or
-// to what it imports starts it afresh. The key does not cover the Go and
+// to what it imports starts it afresh. -first names files to measure
+// before the others (the safety paths, when a package takes several
+// sittings). The key does not cover the Go and
 // gremlins versions or the timeout coefficient: the Makefile pins gremlins,
 // and a row measured across a Go upgrade mixes the two.
 //
@@ -59,6 +61,7 @@ type config struct {
 	gremlinsID  string   // how the table names gremlins (its module@version)
 	all         []string // every package, in the table's order
 	isolate     []string // packages whose tests run under `unshare --net`
+	first       []string // files (relative to their package) measured before the others, in this order
 	workers     int      // gremlins --workers; 0 leaves gremlins' default
 	coefficient float64  // gremlins --timeout-coefficient
 	budget      time.Duration
@@ -93,7 +96,7 @@ type cases struct {
 
 func main() {
 	var c config
-	var all, isolate string
+	var all, isolate, first string
 	flag.StringVar(&c.module, "module", "..", "the module's root directory")
 	flag.StringVar(&c.state, "state", "", "where the per-file results are kept (default: the user cache directory's cidrshift-mutate)")
 	flag.StringVar(&c.gremlins, "gremlins", "gremlins", "the gremlins binary")
@@ -101,13 +104,14 @@ func main() {
 	flag.StringVar(&c.gremlinsID, "gremlins-id", "gremlins", "how TESTING.md names gremlins")
 	flag.StringVar(&all, "all", "", "every package, in the table's order (default: the packages to run)")
 	flag.StringVar(&isolate, "isolate", "", "packages whose tests run under unshare --net")
+	flag.StringVar(&first, "first", "", "files, relative to their package, to measure before the others, in this order (the safety paths first when a package takes more than one sitting)")
 	flag.IntVar(&c.workers, "workers", 0, "gremlins --workers (0: gremlins' default)")
 	flag.Float64Var(&c.coefficient, "timeout-coefficient", 10, "gremlins --timeout-coefficient")
 	flag.DurationVar(&c.budget, "budget", 0, "start no file after this long (0: no limit)")
 	flag.StringVar(&c.rev, "rev", "", "the commit the rows are measured at")
 	flag.StringVar(&c.testing, "testing", "TESTING.md", "the file whose table is rewritten, relative to -module")
 	flag.Parse()
-	c.all, c.isolate = strings.Fields(all), strings.Fields(isolate)
+	c.all, c.isolate, c.first = strings.Fields(all), strings.Fields(isolate), strings.Fields(first)
 	if len(c.all) == 0 {
 		c.all = flag.Args()
 	}
@@ -134,6 +138,18 @@ func run(ctx context.Context, c config, pkgs []string) error {
 	for _, p := range pkgs {
 		if !slices.Contains(c.all, p) {
 			return fmt.Errorf("package %q is not in -all %q", p, c.all)
+		}
+	}
+	for _, f := range c.first {
+		found := false
+		for _, p := range pkgs {
+			if _, err := os.Stat(filepath.Join(c.module, p, filepath.FromSlash(f))); err == nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("-first names %q, which is a file of none of the packages %q", f, pkgs)
 		}
 	}
 	start := c.now()
@@ -169,13 +185,14 @@ func measure(ctx context.Context, c config, pkg string, start time.Time) (string
 	if err != nil {
 		return "", err
 	}
+	order := firstOrder(files, c.first)
 	dir := filepath.Join(c.state, strings.ReplaceAll(pkg, "/", "_"), key[:16])
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("state directory: %w", err)
 	}
 	var recs []record
 	var todo []string
-	for _, f := range files {
+	for _, f := range order {
 		r, err := readJSON[record](filepath.Join(dir, partName(f)+".rec"))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -397,6 +414,23 @@ func mutatedFiles(dir string) ([]string, error) {
 		return nil, fmt.Errorf("no Go files to mutate in %s", dir)
 	}
 	return files, nil
+}
+
+// firstOrder is files with those named in first moved to the front, in
+// first's order; the others keep theirs.
+func firstOrder(files, first []string) []string {
+	var order []string
+	for _, f := range first {
+		if slices.Contains(files, f) && !slices.Contains(order, f) {
+			order = append(order, f)
+		}
+	}
+	for _, f := range files {
+		if !slices.Contains(order, f) {
+			order = append(order, f)
+		}
+	}
+	return order
 }
 
 // excludeArgs are gremlins' -E flags that leave only keep to mutate.

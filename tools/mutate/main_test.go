@@ -345,6 +345,40 @@ func TestAnInterruptedFileKeepsNoResult(t *testing.T) {
 	}
 }
 
+func TestFirstFilesAreMeasuredFirst(t *testing.T) {
+	f := newFixture(t)
+	f.config.first = []string{"sub/c.go", "b.go"}
+	f.config.budget = 90 * time.Minute
+	if err := run(context.Background(), f.config, []string{"p"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.runs(), []string{"sub/c.go", "b.go"}; !slices.Equal(got, want) {
+		t.Fatalf("with -first %q and a budget of two runs, gremlins ran on %q, want %q", f.config.first, got, want)
+	}
+	f.config.first, f.config.budget = nil, 0
+	if err := run(context.Background(), f.config, []string{"p"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.runs(), []string{"sub/c.go", "b.go", "a.go", "doc.go"}; !slices.Equal(got, want) {
+		t.Fatalf("the second run ran gremlins on %q, want the files left once: %q", got, want)
+	}
+	if got := f.row("p"); got != wantRow {
+		t.Fatalf("row\n%s\nwant\n%s", got, wantRow)
+	}
+}
+
+func TestAFirstFileOfNoPackageIsRefused(t *testing.T) {
+	f := newFixture(t)
+	f.config.first = []string{"a.go", "c.go"}
+	err := run(context.Background(), f.config, []string{"p"})
+	if err == nil || !strings.Contains(err.Error(), `-first names "c.go", which is a file of none of the packages`) {
+		t.Fatalf("run with -first naming a file of no package gave %v", err)
+	}
+	if len(f.runs()) != 0 {
+		t.Fatalf("gremlins ran: %q", f.runs())
+	}
+}
+
 func TestAPackageNotInTheTableIsRefused(t *testing.T) {
 	f := newFixture(t)
 	err := run(context.Background(), f.config, []string{"q"})
