@@ -137,7 +137,7 @@ func ReadDumpWith(ctx context.Context, r io.Reader, opts DumpOptions) (*Dump, er
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p := newPipeline(ctx, cancel, opts)
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(&stickyReader{r: r}, 1<<20)
 	go func() {
 		defer p.closeJobs()
 		if isJSON(br) {
@@ -147,6 +147,24 @@ func ReadDumpWith(ctx context.Context, r io.Reader, opts DumpOptions) (*Dump, er
 		}
 	}()
 	return p.collect()
+}
+
+// stickyReader returns r's first error, io.EOF included, from every read
+// after it. bufio.Reader hands an error back once: isJSON's Peek would
+// otherwise take a read error that no reader sees, and the next read
+// would go on past it.
+type stickyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *stickyReader) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.r.Read(p)
+	s.err = err
+	return n, err
 }
 
 // isJSON reports whether the input starts (after white space) with '{'

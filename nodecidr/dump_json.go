@@ -62,6 +62,15 @@ func (s *jsonReader) fill() error {
 	return err
 }
 
+// ended is err from peek where a value must follow: the input's end is
+// errJSONEnd, a read error stays itself.
+func ended(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errJSONEnd
+	}
+	return err
+}
+
 // peek skips white space and returns the next byte; io.EOF at the end.
 func (s *jsonReader) peek() (byte, error) {
 	for {
@@ -85,11 +94,8 @@ func (s *jsonReader) peek() (byte, error) {
 // expect consumes c (after white space).
 func (s *jsonReader) expect(c byte) error {
 	got, err := s.peek()
-	if errors.Is(err, io.EOF) {
-		return errJSONEnd
-	}
 	if err != nil {
-		return err
+		return ended(err)
 	}
 	if got != c {
 		return fmt.Errorf("invalid character %q, want %q", got, c)
@@ -102,11 +108,8 @@ func (s *jsonReader) expect(c byte) error {
 // until the next read).
 func (s *jsonReader) value() ([]byte, error) {
 	c, err := s.peek()
-	if errors.Is(err, io.EOF) {
-		return nil, errJSONEnd
-	}
 	if err != nil {
-		return nil, err
+		return nil, ended(err)
 	}
 	i := s.pos
 	switch c {
@@ -223,7 +226,7 @@ func (s *jsonReader) document(doc int) error {
 			}
 			c, err := s.peek()
 			if err != nil {
-				return errJSONEnd
+				return ended(err)
 			}
 			switch {
 			case strings.EqualFold(key, "items") && c == '[':
@@ -270,7 +273,7 @@ func (s *jsonReader) document(doc int) error {
 			}
 			c, err = s.peek()
 			if err != nil {
-				return errJSONEnd
+				return ended(err)
 			}
 			s.pos++
 			if c == '}' {
@@ -300,7 +303,7 @@ func (s *jsonReader) document(doc int) error {
 func (s *jsonReader) expectString() error {
 	c, err := s.peek()
 	if err != nil {
-		return errJSONEnd
+		return ended(err)
 	}
 	if c != '"' {
 		return fmt.Errorf("invalid character %q looking for beginning of object key string", c)
@@ -333,7 +336,7 @@ func (s *jsonReader) items(doc int, defKind, defAPIVersion string) (n int, err e
 	}
 	c, err := s.peek()
 	if err != nil {
-		return 0, errJSONEnd
+		return 0, ended(err)
 	}
 	if c == ']' {
 		s.pos++
@@ -374,7 +377,7 @@ func (s *jsonReader) items(doc int, defKind, defAPIVersion string) (n int, err e
 				return n, ferr
 			}
 			if err != nil {
-				return n, errJSONEnd
+				return n, ended(err)
 			}
 			return n, fmt.Errorf("invalid character %q after array element", c)
 		}

@@ -128,6 +128,7 @@ func (s *splitter) run() {
 			return
 		}
 		if err != nil {
+			s.dropOpenItem()
 			if !s.endItems() { // earlier items' errors come first
 				return
 			}
@@ -267,6 +268,19 @@ func (s *splitter) startItem(line []byte) bool {
 	s.cur.buf = append(s.cur.buf, line...)
 	s.open = true
 	return true
+}
+
+// dropOpenItem takes the item not closed yet out of the batch: a read
+// error cut it short, and its decoding error would hide the read error.
+func (s *splitter) dropOpenItem() {
+	if s.cur == nil || !s.open {
+		return
+	}
+	end := 0
+	if n := len(s.cur.ends); n > 0 {
+		end = s.cur.ends[n-1]
+	}
+	s.cur.buf, s.open = s.cur.buf[:end], false
 }
 
 func (s *splitter) endItems() bool {

@@ -378,6 +378,107 @@ func TestReadDumpStreams(t *testing.T) {
 	}
 }
 
+// TestReadDumpStreamsJSON is TestReadDumpStreams for `kubectl get -o json`:
+// the JSON reader holds a window of 4 MiB and refills it, so every value
+// that crosses a refill (a number, a string, an object), an item longer
+// than the window and a read error mid-way are each read as the same
+// bytes held whole are.
+func TestReadDumpStreamsJSON(t *testing.T) {
+	whole, err := DecodeObjects([]byte(kubectlJSON))
+	require.NoError(t, err)
+	require.Len(t, whole.Nodes, 1)
+	require.Len(t, whole.Pods, 2)
+
+	// A reader that fails mid-way, inside the items and inside the object
+	// around them: the error, not a partial dump.
+	for _, at := range []int{40, strings.Index(kubectlJSON, `"kind": "List"`)} {
+		r := io.MultiReader(strings.NewReader(kubectlJSON[:at]), iotest.ErrReader(errors.New("disk on fire")))
+		_, err := ReadDump(t.Context(), r)
+		require.ErrorIs(t, err, ErrDump, "a read error at byte %d", at)
+		assert.Contains(t, err.Error(), "disk on fire", "a read error at byte %d", at)
+	}
+	// A reader that fails once and would then go on: the error is kept,
+	// not lost to a read that follows it, nor hidden by the error of an
+	// item it cut short (after each token of the JSON and each line).
+	for _, in := range []string{kubectlJSON, kubectlList} {
+		for at := range len(in) {
+			if at > 0 && !strings.ContainsRune("{}[],:\"\n", rune(in[at-1])) {
+				continue
+			}
+			r := io.MultiReader(strings.NewReader(in[:at]), &failOnce{err: errors.New("connection reset")}, strings.NewReader(in[at:]))
+			_, err := ReadDump(t.Context(), r)
+			require.ErrorIs(t, err, ErrDump, "a read error at byte %d of\n%s", at, in)
+			require.Contains(t, err.Error(), "connection reset", "a read error at byte %d of\n%s", at, in)
+		}
+	}
+
+	// One byte at a time: every value crosses a refill, numbers and
+	// literals included (the top level's items and fields, and a stream of
+	// two documents).
+	two := kubectlJSON + `{"kind":"Node","generation":12345,"x":true,"y":null,"metadata":{"name":"b","generation":12345},"spec":{"unschedulable":true,"podCIDR":null},"z":-1.5e3}`
+	for name, in := range map[string]string{"a List": kubectlJSON, "two documents": two} {
+		want, err := DecodeObjects([]byte(in))
+		require.NoError(t, err, name)
+		for rname, r := range map[string]io.Reader{
+			"one byte":      iotest.OneByteReader(strings.NewReader(in)),
+			"half":          iotest.HalfReader(strings.NewReader(in)),
+			"data with EOF": iotest.DataErrReader(strings.NewReader(in)),
+		} {
+			got, err := ReadDump(t.Context(), r)
+			require.NoError(t, err, "%s, %s", name, rname)
+			assert.Equal(t, want, got, "%s, %s", name, rname)
+		}
+	}
+	d, err := DecodeObjects([]byte(two))
+	require.NoError(t, err)
+	assert.Len(t, d.Nodes, 2, "the second document's Node")
+
+	// An item longer than the window (an annotation of 5 MiB, with escaped
+	// quotes across it), and a number at the window's end.
+	big := strings.Repeat(`ab\\\"cd`, (5<<20)/10)
+	long := strings.Replace(kubectlJSON, `"metadata": {"name": "web", "namespace": "default"}`,
+		`"metadata": {"name": "web", "namespace": "default", "annotations": {"big": "`+big+`"}}`, 1)
+	require.NotEqual(t, kubectlJSON, long)
+	d, err = ReadDump(t.Context(), strings.NewReader(long))
+	require.NoError(t, err)
+	assert.Equal(t, whole, d, "an item longer than the window")
+
+	// Many items, more than one window's worth: items come back in input
+	// order, each whole.
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"v1","items":[`)
+	const n = 60000
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",\n")
+		}
+		fmt.Fprintf(&b, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p%d","namespace":"default","generation":%d},"spec":{"nodeName":"a"},"status":{"podIP":"10.244.%d.%d"}}`, i, i, i/250, i%250)
+	}
+	b.WriteString(`],"kind":"List","metadata":{"resourceVersion":""}}`)
+	require.Greater(t, b.Len(), 2*(4<<20), "the dump spans several windows")
+	d, err = ReadDump(t.Context(), strings.NewReader(b.String()))
+	require.NoError(t, err)
+	require.Len(t, d.Pods, n)
+	for i, p := range d.Pods {
+		require.Equal(t, fmt.Sprintf("p%d", i), p.Name)
+		require.Equal(t, []string{fmt.Sprintf("10.244.%d.%d", i/250, i%250)}, p.IPs, "pod p%d", i)
+	}
+}
+
+// failOnce fails its first read and ends at its second.
+type failOnce struct {
+	err    error
+	failed bool
+}
+
+func (f *failOnce) Read([]byte) (int, error) {
+	if f.failed {
+		return 0, io.EOF
+	}
+	f.failed = true
+	return 0, f.err
+}
+
 func TestSummarizePod(t *testing.T) {
 	d, err := DecodeObjects([]byte(kubectlList))
 	require.NoError(t, err)
