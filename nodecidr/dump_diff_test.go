@@ -3,6 +3,7 @@ package nodecidr
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -394,6 +396,12 @@ func checkJSONStream(t testing.TB, data []byte) {
 	}
 	if werr == nil && !reflect.DeepEqual(want, got) {
 		t.Fatalf("JSON stream read differently:\nwant %+v\ngot  %+v\n%s", want, got, data)
+	}
+	// Read one byte at a time, every value crosses a refill of the
+	// reader's window: the same dump, or the same error.
+	one, oerr := ReadDump(context.Background(), iotest.OneByteReader(bytes.NewReader(data)))
+	if fmt.Sprint(oerr) != fmt.Sprint(gerr) || !reflect.DeepEqual(one, got) {
+		t.Fatalf("JSON stream read one byte at a time: %v, %+v; held whole: %v, %+v\n%s", oerr, one, gerr, got, data)
 	}
 }
 
