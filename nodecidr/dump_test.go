@@ -185,6 +185,11 @@ func TestDecodeObjects(t *testing.T) {
 		// that sends it past the fast path to encoding/json.
 		{"JSON PodList, kinds left out", `{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"name":"\u0061"}},{"metadata":{"name":"b"}}]}`, 0, 2, 0},
 		{"other group", "apiVersion: crd.projectcalico.org/v1\nkind: Node\nmetadata: {name: a}\n", 0, 0, 1},
+		// A line "items:" with no item under it is a List's null items,
+		// before another field and at the document's end.
+		{"items: then a field", "apiVersion: v1\nitems:\nkind: List\n", 0, 0, 0},
+		{"items: at the end", "kind: List\nitems:\n\n", 0, 0, 0},
+		{"JSON items empty after a field", `{"kind":"List","items":[]}`, 0, 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,6 +263,19 @@ func TestDecodeObjectsErrors(t *testing.T) {
 		{"YAML items twice, the first empty", "apiVersion: v1\nitems: []\nkind: List\nitems:\n- kind: Node\n  metadata:\n    name: a\n", "document 1: items given twice"},
 		{"YAML List end syntax", "apiVersion: v1\nitems:\n- kind: Node\n  metadata:\n    name: a\nkind: [\n", "document 1: yaml: line"},
 		{"YAML List kind a number", "apiVersion: v1\nitems:\n- kind: Node\n  metadata:\n    name: a\nkind: 7\n", "document 1: not a Kubernetes object"},
+		// The JSON reader's own errors, outside the items.
+		{"JSON empty object", `{ } {"kind":"Node","metadata":{"name":"a"}}`, "document 1: no kind"},
+		{"JSON items twice", `{"kind":"List","items":[{"kind":"Node","metadata":{"name":"a"}}],"items":[{"kind":"Node","metadata":{"name":"b"}}]}`, "document 1: items given twice"},
+		{"JSON items a bad literal", `{"kind":"List","items":nul}`, `document 1: not a Kubernetes object: items is "nul", want a list`},
+		{"JSON items a number", `{"kind":"List","items":5}`, "document 1: not a Kubernetes object: items is not a list"},
+		{"JSON no comma", `{"kind":"Node" "metadata":{}}`, `document 1: invalid character '"' after object key:value pair`},
+		{"JSON key a number", `{"kind":"Node",5:1}`, "document 1: invalid character '5' looking for beginning of object key string"},
+		{"JSON no colon", `{"kind"5}`, "document 1: invalid character '5', want ':'"},
+		{"JSON key escape", `{"k\x":1}`, "document 1: invalid character 'x' in string escape code"},
+		{"JSON cut in a number", `{"kind":"Node","x":1`, "document 1: unexpected end of JSON input"},
+		{"JSON cut in a string", `{"kind":"Node","x":"abc`, "document 1: unexpected end of JSON input"},
+		{"JSON cut in an object", `{"kind":"Node","x":{"a":"b"`, "document 1: unexpected end of JSON input"},
+		{"JSON cut after a comma between fields", `{"kind":"Node",`, "document 1: unexpected end of JSON input"},
 		{"control-plane Pod type", "kind: Pod\nmetadata:\n  namespace: kube-system\n  labels: {component: kube-controller-manager}\nspec:\n  containers: 5\n", "document 1: Pod: json"},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
