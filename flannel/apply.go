@@ -393,9 +393,7 @@ func (r *Registry) checkPlan(p *Plan) error {
 			if st.ModRevision <= 0 || st.NewKey == st.Key {
 				return bad("a move needs the key's mod revision and a different new key")
 			}
-			if _, err := ParseSubnetKey(strings.TrimPrefix(st.NewKey, r.SubnetsPrefix())); err != nil {
-				return bad(err.Error())
-			}
+			// checkPlanFields parses both keys.
 		case ActionPutConfig:
 			if st.Key != r.ConfigKey() {
 				return bad("the config key is " + r.ConfigKey())

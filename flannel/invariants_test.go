@@ -74,13 +74,19 @@ func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
 			func(st *Step) {
 				st.NewKey, st.To = pfx+"/subnets/10.5.7.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.7.0/24")}
 			},
-			"destination " + pfx + "/subnets/10.5.7.0-24 was already held at the plan's revision 8 (created at 8): the plan was edited"},
+			"destination " + pfx + "/subnets/10.5.7.0-24 was already held at the plan's revision 9 (created at 8): the plan was edited"},
 		{"a move onto a subnet another key holds",
 			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
 			func(st *Step) {
 				st.NewKey, st.To = pfx+"/subnets/10.5.8.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.8.0/24")}
 			},
 			"destination 10.5.8.0/24 overlaps " + pfx + "/subnets/10.5.8.9-24 (10.5.8.9/24), held by another lease"},
+		{"a move onto a subnet a lease flanneld cannot read holds",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) {
+				st.NewKey, st.To = pfx+"/subnets/10.5.6.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.6.0/24")}
+			},
+			"destination 10.5.6.0/24 overlaps " + pfx + "/subnets/10.5.6.9-24 (10.5.6.9/24), held by another lease"},
 		{"a move writes another value for the same node",
 			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
 			func(st *Step) { st.Value = flanneldValue("192.168.0.1", "host-gw") },
@@ -89,6 +95,39 @@ func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
 			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
 			func(st *Step) { st.LeaseID = 0 },
 			"the store holds another value or etcd lease for the key at mod revision 3: the plan was edited"},
+		// What a plan says about itself, checked before the store is read.
+		{"a move's source is not a lease key",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.Key = pfx + "/subnets/garbage" },
+			"step 1 (move-lease " + pfx + "/subnets/garbage): the source key is not a lease key"},
+		{"a move's new key is not a lease key",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.NewKey = pfx + "/subnets/10.5.9.0" },
+			`step 1 (move-lease ` + pfx + `/subnets/10.5.1.0-24): the new key is not a lease key: subnet key "10.5.9.0": flanneld expects`},
+		{"a move onto its own key",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) {
+				st.NewKey, st.To = st.Key, SubnetKey{IPv4: netip.MustParsePrefix("10.5.1.0/24")}
+			},
+			"a move needs the key's mod revision and a different new key"},
+		{"a move's From is another subnet",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.From = SubnetKey{IPv4: netip.MustParsePrefix("10.5.3.0/24")} },
+			"from 10.5.3.0-24 does not match the key's subnet 10.5.1.0-24"},
+		{"a move's To is not its new key's subnet",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.To = SubnetKey{IPv4: netip.MustParsePrefix("10.5.99.0/24")} },
+			"to 10.5.99.0-24 does not match the new key's subnet"},
+		{"a move onto a subnet with host bits",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) {
+				st.NewKey, st.To = pfx+"/subnets/10.5.9.1-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.9.1/24")}
+			},
+			"to 10.5.9.1-24 has host bits set"},
+		{"a move writes a value flanneld cannot read",
+			func(s *Snapshot) (*Plan, error) { return PlanMove(s, []MoveRequest{{Key: "10.5.1.0-24"}}) },
+			func(st *Step) { st.Value = `{"PublicIP": 7}` },
+			"the value is not a lease flanneld can read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, kv, reg := fuzzPlanWorld(t)
@@ -96,15 +135,86 @@ func TestApplyRefusesAnEditedPlanBeforeAnyWrite(t *testing.T) {
 				_, err := m.Put(pfx+"/subnets/"+name, []byte(flanneldValue("192.168.0.7", "vxlan")), 0)
 				require.NoError(t, err)
 			}
+			_, err := m.Put(pfx+"/subnets/10.5.6.9-24", []byte(`{"PublicIP": 7}`), 0)
+			require.NoError(t, err)
 			snap, err := reg.Snapshot(ctx)
 			require.NoError(t, err)
-			require.EqualValues(t, 8, snap.Revision)
+			require.EqualValues(t, 9, snap.Revision)
+			require.Len(t, snap.BadLeases, 2, "garbage and 10.5.6.9-24")
 			p, err := tc.plan(snap)
 			require.NoError(t, err)
 			require.Len(t, p.Steps, 1)
 			tc.edit(&p.Steps[0])
 			_, err = reg.Apply(ctx, p, ApplyOptions{})
 			assert.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Zero(t, kv.writes)
+		})
+	}
+}
+
+// TestApplyRefusesAnEditedNetworkMoveBeforeAnyWrite: the config the moves
+// of a plan land in is checked before the first write, whether the plan
+// writes it (a network move) or finds it stored: a config write edited to
+// one that does not parse or that flanneld refuses, a config write moved
+// after the moves, and a stored config that cannot be read, or that
+// flanneld refuses, by the time the plan is applied.
+func TestApplyRefusesAnEditedNetworkMoveBeforeAnyWrite(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		edit func(m *MemKV, p *Plan)
+		want string
+	}{
+		{"a config write that does not parse",
+			func(_ *MemKV, p *Plan) { p.Steps[0].Value = `{"Network": 5}` },
+			`step 1 (put-config ` + pfx + `/config): flanneld would refuse the new config: flannel config: Network "5"`},
+		{"a config write that flanneld refuses",
+			func(_ *MemKV, p *Plan) {
+				p.Steps[0].Value = `{"Network": "10.6.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlam"}}`
+			},
+			`flanneld would refuse the new config: flannel config: Backend.Type "vxlam"`},
+		{"a config write after a move",
+			func(_ *MemKV, p *Plan) { p.Steps[0], p.Steps[1] = p.Steps[1], p.Steps[0] },
+			"step 2 (put-config " + pfx + "/config): a config write must be the plan's first step"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, kv, reg := fuzzPlanWorld(t)
+			snap, err := reg.Snapshot(ctx)
+			require.NoError(t, err)
+			p, err := PlanSetNetwork(snap, SetNetworkRequest{Network: netip.MustParsePrefix("10.6.0.0/16"), MoveLeases: true})
+			require.NoError(t, err)
+			require.Greater(t, len(p.Steps), 1)
+			require.Equal(t, ActionPutConfig, p.Steps[0].Action)
+			tc.edit(m, p)
+			_, err = reg.Apply(ctx, p, ApplyOptions{})
+			assert.ErrorIs(t, err, ErrInvalidPlan)
+			assert.ErrorContains(t, err, tc.want)
+			assert.Zero(t, kv.writes)
+		})
+	}
+
+	// A plan of moves alone runs under the stored config, which can have
+	// changed since the plan was made.
+	for _, tc := range []struct {
+		name, config string
+		is           error
+		want         string
+	}{
+		{"a stored config that does not parse", `{"Network": `, ErrInvalidConfig, pfx + "/config cannot be read"},
+		{"a stored config that flanneld refuses", `{"Network": "10.5.0.0/16", "Backend": {"Type": "vxlam"}}`, ErrInvalidPlan,
+			`the network config the moves run under is refused by flanneld: flannel config: Backend.Type "vxlam"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, kv, reg := fuzzPlanWorld(t)
+			snap, err := reg.Snapshot(ctx)
+			require.NoError(t, err)
+			p, err := PlanMove(snap, []MoveRequest{{Key: "10.5.1.0-24"}})
+			require.NoError(t, err)
+			_, err = m.Put(pfx+"/config", []byte(tc.config), 0)
+			require.NoError(t, err)
+			_, err = reg.Apply(ctx, p, ApplyOptions{})
+			assert.ErrorIs(t, err, tc.is)
 			assert.ErrorContains(t, err, tc.want)
 			assert.Zero(t, kv.writes)
 		})
@@ -179,6 +289,11 @@ func TestApplyRefusesAnEditedTwoStepPlan(t *testing.T) {
 		{"the same key in two steps",
 			func(p *Plan) { p.Steps[1] = p.Steps[0] },
 			"step 2 (move-lease " + pfx + "/subnets/10.5.1.0-24): key " + pfx + "/subnets/10.5.1.0-24 is already changed by step 1; a key may appear in one step only"},
+		{"a move onto the key another step moves",
+			func(p *Plan) {
+				p.Steps[1].NewKey, p.Steps[1].To = p.Steps[0].Key, p.Steps[0].From
+			},
+			"step 2 (move-lease " + pfx + "/subnets/10.5.2.0-24): key " + pfx + "/subnets/10.5.1.0-24 is already changed by step 1; a key may appear in one step only"},
 		{"a destination overlapping another step's",
 			func(p *Plan) {
 				p.Steps[0].NewKey, p.Steps[0].To = pfx+"/subnets/10.5.21.0-24", SubnetKey{IPv4: netip.MustParsePrefix("10.5.21.0/24")}
