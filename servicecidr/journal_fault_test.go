@@ -11,10 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/cidrshift/cidrshift/internal/journal"
 	"github.com/cidrshift/cidrshift/internal/kubetest"
 	"github.com/cidrshift/cidrshift/servicecidr"
 	"github.com/cidrshift/cidrshift/servicecidr/servicecidrtest"
@@ -119,11 +117,14 @@ func journalFaultRun(t *testing.T, failAt int) *journalFault {
 					k = "kubernetes/" + servicecidr.KubernetesService
 				}
 			}
-			ok, err := inClusterJournal(r.cl.Kube, k)
+			_, ok, err := clusterRecord(r.cl.Kube, k)
 			mu.Lock()
 			r.deletes = append(r.deletes, k)
-			if !ok {
-				r.unjournaled = append(r.unjournaled, k+": "+fmtErr(err))
+			switch {
+			case err != nil:
+				r.unjournaled = append(r.unjournaled, k+": "+err.Error())
+			case !ok:
+				r.unjournaled = append(r.unjournaled, k+": not in the cluster journal")
 			}
 			mu.Unlock()
 			return false, nil, nil
@@ -134,28 +135,4 @@ func journalFaultRun(t *testing.T, failAt int) *journalFault {
 	r.cl.Kube.PrependReactor("delete", "servicecidrs", journaled("servicecidr/"))
 	r.res, r.err = r.c.Apply(context.Background(), r.p, r.opts(r.dir))
 	return r
-}
-
-func fmtErr(err error) string {
-	if err == nil {
-		return "not in the cluster journal"
-	}
-	return err.Error()
-}
-
-// inClusterJournal reports whether the open run of the cluster journal in
-// namespace cidrshift has a record at key. A reactor calls it, so it reads
-// the tracker.
-func inClusterJournal(c *fake.Clientset, key string) (bool, error) {
-	list, err := c.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), "cidrshift")
-	if err != nil {
-		return false, err
-	}
-	ek := strings.ReplaceAll(key, "/", "_2f")
-	for _, cm := range list.(*corev1.ConfigMapList).Items {
-		if _, ok := cm.Data[ek]; ok && cm.Labels[journal.LabelState] == journal.StateOpen {
-			return true, nil
-		}
-	}
-	return false, nil
 }

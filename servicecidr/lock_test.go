@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
@@ -129,22 +130,32 @@ type journaledServiceCIDR struct {
 // run of the cluster journal in namespace cidrshift, nil when there is none.
 // A reactor calls it, so it reads the tracker and returns its error.
 func clusterServiceCIDRRecord(c *fake.Clientset, name string) (*journaledServiceCIDR, error) {
-	list, err := c.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), "cidrshift")
-	if err != nil {
+	v, ok, err := clusterRecord(c, "servicecidr/"+name)
+	if !ok || err != nil {
 		return nil, err
 	}
-	for _, cm := range list.(*corev1.ConfigMapList).Items {
-		v, ok := cm.Data["servicecidr_2f"+name]
-		if !ok || cm.Labels[journal.LabelState] != journal.StateOpen {
-			continue
-		}
-		var rec journaledServiceCIDR
-		if err := json.Unmarshal([]byte(v), &rec); err != nil {
-			return nil, fmt.Errorf("ConfigMap %s record of ServiceCIDR %s: %w", cm.Name, name, err)
-		}
-		return &rec, nil
+	var rec journaledServiceCIDR
+	if err := json.Unmarshal([]byte(v), &rec); err != nil {
+		return nil, fmt.Errorf("record of ServiceCIDR %s: %w", name, err)
 	}
-	return nil, nil
+	return &rec, nil
+}
+
+// clusterRecord returns the record at key in the open run of the cluster
+// journal in namespace cidrshift. A reactor calls it, so it reads the
+// tracker and returns its error.
+func clusterRecord(c *fake.Clientset, key string) (string, bool, error) {
+	list, err := c.Tracker().List(corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithKind("ConfigMap"), "cidrshift")
+	if err != nil {
+		return "", false, err
+	}
+	ek := strings.ReplaceAll(key, "/", "_2f") // the journal's encoding of the keys used here
+	for _, cm := range list.(*corev1.ConfigMapList).Items {
+		if v, ok := cm.Data[ek]; ok && cm.Labels[journal.LabelState] == journal.StateOpen {
+			return v, true, nil
+		}
+	}
+	return "", false, nil
 }
 
 // Create, AddFamily and Delete take the lock of their Lock option around
