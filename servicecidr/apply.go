@@ -920,7 +920,7 @@ func (a *applier) moveOne(ctx context.Context, m Move) error {
 		return fmt.Errorf("reading Service %s: %w", m.Key(), err)
 	}
 	if live.UID != m.UID || live.ResourceVersion != m.ResourceVersion {
-		return &StalePlanError{Differences: []string{fmt.Sprintf("Service %s changed while applying (uid %s rv %s, now uid %s rv %s)", m.Key(), m.UID, m.ResourceVersion, live.UID, live.ResourceVersion)}}
+		return &StalePlanError{Midway: true, Differences: []string{fmt.Sprintf("Service %s changed while applying (uid %s rv %s, now uid %s rv %s)", m.Key(), m.UID, m.ResourceVersion, live.UID, live.ResourceVersion)}}
 	}
 	desired := Recreated(live, m.NewIPs)
 	switch a.o.DryRun {
@@ -952,7 +952,7 @@ func (a *applier) moveOne(ctx context.Context, m Move) error {
 		if derr := a.j.Delete(key); derr != nil {
 			return derr
 		}
-		return &StalePlanError{Differences: []string{fmt.Sprintf("Service %s changed while applying: %v", m.Key(), err)}}
+		return &StalePlanError{Midway: true, Differences: []string{fmt.Sprintf("Service %s changed while applying: %v", m.Key(), err)}}
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("deleting Service %s: %w (journal %s keeps its definition; run apply again to resume)", m.Key(), err, a.j.Dir())
 	}

@@ -100,10 +100,18 @@ func (e *FieldError) Unwrap() []error {
 // StalePlanError lists every way the cluster differs from what a plan assumed.
 type StalePlanError struct {
 	Differences []string
+	// Midway is set when Apply found the difference after its first
+	// writes (a Service changed while the run moved others): it stopped
+	// there, what it changed before stays (its Result says what), and a
+	// new plan takes up the rest.
+	Midway bool
 }
 
 // Error implements error.
 func (e *StalePlanError) Error() string {
+	if e.Midway {
+		return "plan went stale during the run, which stopped there; what it changed before stays; plan again: " + strings.Join(e.Differences, "; ")
+	}
 	return "plan is stale, nothing was changed; plan again: " + strings.Join(e.Differences, "; ")
 }
 
