@@ -153,18 +153,8 @@ func journalFaultRun(t *testing.T, failAt, checksLeft int) *journalFault {
 	require.NoError(t, err)
 	r.before = servicesByKey(r.cl)
 
+	fault := kubetest.FailWrite(r.cl.Kube, "configmaps", failAt, errors.New("etcd: request timed out"))
 	var mu sync.Mutex
-	fault := func(a k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		r.writes++
-		if r.writes-1 == failAt {
-			return true, nil, errors.New("etcd: request timed out")
-		}
-		return false, nil, nil
-	}
-	r.cl.Kube.PrependReactor("create", "configmaps", fault)
-	r.cl.Kube.PrependReactor("update", "configmaps", fault)
 	journaled := func(key string) func(a k8stesting.Action) (bool, runtime.Object, error) {
 		return func(a k8stesting.Action) (bool, runtime.Object, error) {
 			d := a.(k8stesting.DeleteActionImpl)
@@ -194,5 +184,6 @@ func journalFaultRun(t *testing.T, failAt, checksLeft int) *journalFault {
 	r.cl.Dynamic.PrependReactor("delete", "servicecidrs", journaled("servicecidr/"))
 	r.cl.Kube.PrependReactor("delete", "servicecidrs", journaled("servicecidr/"))
 	r.res, r.err = r.c.Apply(context.Background(), r.p, r.opts(r.dir))
+	r.writes = fault.Writes()
 	return r
 }
