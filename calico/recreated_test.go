@@ -79,10 +79,7 @@ func TestApplyNeverTouchesAnOldPoolRecreatedUnderItsName(t *testing.T) {
 				}
 			}
 			_, err = calico.Apply(ctx, e.cl, plan, opts)
-			var se *calico.StalePlanError
-			require.ErrorAs(t, err, &se)
-			assert.Equal(t, "metadata.uid", se.Field)
-			assert.Equal(t, "uid-of-a-pool-created-since", se.Found)
+			requireStale(t, err, "metadata.uid", "uid-of-a-pool-created-since")
 			mu.Lock()
 			got := append([]string{}, writes...)
 			mu.Unlock()
@@ -119,13 +116,9 @@ func TestApplyRefusesAJournalOfAnotherOldPool(t *testing.T) {
 	edited := *plan
 	edited.OldPool.UID = "uid-of-another-pool"
 	_, err = calico.Apply(ctx, e.cl, &edited, fastOptions(dir))
-	var se *calico.StalePlanError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "oldPoolUID", se.Field)
+	se := requireStale(t, err, "oldPoolUID", plan.OldPool.UID)
 	assert.Equal(t, "journal "+dir, se.Object)
-	old, err := e.pools.Get(ctx, oldPoolName)
-	require.NoError(t, err)
-	assert.False(t, old.AllocationStopped(), "the old pool is not disabled")
+	assertOldPoolEnabled(t, e)
 }
 
 // TestApplyRefusesANewPoolNameTakenByAnotherRange: the new pool's name,
@@ -142,11 +135,26 @@ func TestApplyRefusesANewPoolNameTakenByAnotherRange(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = calico.Apply(ctx, e.cl, plan, fastOptions(t.TempDir()))
+	requireStale(t, err, "spec.cidr", "10.99.0.0/16")
+	assertOldPoolEnabled(t, e)
+}
+
+// requireStale asserts that err is a StalePlanError on field, which found
+// found, and returns it.
+func requireStale(t *testing.T, err error, field, found string) *calico.StalePlanError {
+	t.Helper()
 	var se *calico.StalePlanError
 	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "spec.cidr", se.Field)
-	assert.Equal(t, "10.99.0.0/16", se.Found)
-	old, err := e.pools.Get(ctx, oldPoolName)
+	assert.Equal(t, field, se.Field)
+	assert.Equal(t, found, se.Found)
+	return se
+}
+
+// assertOldPoolEnabled asserts that the old pool exists and still gives
+// addresses: the run stopped before its disable.
+func assertOldPoolEnabled(t *testing.T, e *env) {
+	t.Helper()
+	old, err := e.pools.Get(context.Background(), oldPoolName)
 	require.NoError(t, err)
 	assert.False(t, old.AllocationStopped(), "the old pool is not disabled")
 }
