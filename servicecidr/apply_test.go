@@ -340,44 +340,79 @@ func TestApplyChecksPermissionsFirst(t *testing.T) {
 	assert.Empty(t, cl.Writes())
 }
 
+// TestApplyRefusesAStalePlan: a plan is stale once a planned Service
+// changed, a new one took an address in the old range, or the target
+// ServiceCIDR changed. With target, the plan was made onto an existing
+// ServiceCIDR "new" of 172.24.0.0/15: it is stale once that ServiceCIDR is
+// gone, being deleted or recreated, as its Services would land in a range
+// that is going away, or in one the plan never saw.
 func TestApplyRefusesAStalePlan(t *testing.T) {
 	tests := []struct {
 		name   string
+		target bool
 		change func(t *testing.T, cl *servicecidrtest.Cluster)
 		want   string
 	}{
-		{"service changed", func(t *testing.T, cl *servicecidrtest.Cluster) {
+		{"service changed", false, func(t *testing.T, cl *servicecidrtest.Cluster) {
 			s, _ := cl.Service("shop", "api")
 			s.Labels["tier"] = "backend"
 			_, err := cl.Kube.CoreV1().Services("shop").Update(context.Background(), s, metav1.UpdateOptions{})
 			require.NoError(t, err)
 		}, "Service shop/api changed since planning (resourceVersion"},
-		{"service deleted", func(t *testing.T, cl *servicecidrtest.Cluster) {
+		{"service deleted", false, func(t *testing.T, cl *servicecidrtest.Cluster) {
 			require.NoError(t, cl.Kube.CoreV1().Services("shop").Delete(context.Background(), "web", metav1.DeleteOptions{}))
 		}, "Service shop/web no longer exists"},
-		{"service added in the old range", func(t *testing.T, cl *servicecidrtest.Cluster) {
+		{"service added in the old range", false, func(t *testing.T, cl *servicecidrtest.Cluster) {
 			s := story3Services()[3]
 			s.Name, s.Spec.ClusterIP = "late", "100.64.9.9"
 			_, err := cl.AddService(s)
 			require.NoError(t, err)
 		}, "Service shop/late (100.64.9.9) appeared in the old range after planning"},
-		{"service recreated", func(t *testing.T, cl *servicecidrtest.Cluster) {
+		{"service recreated", false, func(t *testing.T, cl *servicecidrtest.Cluster) {
 			require.NoError(t, cl.Kube.CoreV1().Services("shop").Delete(context.Background(), "api", metav1.DeleteOptions{}))
 			s := story3Services()[3]
 			_, err := cl.AddService(s)
 			require.NoError(t, err)
 		}, "Service shop/api was recreated since planning"},
-		{"target taken by another name", func(t *testing.T, cl *servicecidrtest.Cluster) {
+		{"target taken by another name", false, func(t *testing.T, cl *servicecidrtest.Cluster) {
 			_, err := cl.Kube.NetworkingV1().ServiceCIDRs().Create(context.Background(), &networkingv1.ServiceCIDR{
 				ObjectMeta: metav1.ObjectMeta{Name: "cidrshift-172-24-0-0-15"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"172.24.0.0/16"}}}, metav1.CreateOptions{})
 			require.NoError(t, err)
 		}, "ServiceCIDR cidrshift-172-24-0-0-15 now has CIDRs 172.24.0.0/16, the plan wants 172.24.0.0/15"},
+		{"target deleted", true, func(t *testing.T, cl *servicecidrtest.Cluster) {
+			require.NoError(t, cl.Kube.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "new", metav1.DeleteOptions{}))
+			cl.Reconcile()
+		}, "ServiceCIDR new no longer exists"},
+		{"target being deleted", true, func(t *testing.T, cl *servicecidrtest.Cluster) {
+			// An address in it holds its finalizer.
+			s := story3Services()[3]
+			s.Namespace, s.Name, s.Spec.ClusterIP = "other", "holder", "172.25.255.200"
+			_, err := cl.AddService(s)
+			require.NoError(t, err)
+			require.NoError(t, cl.Kube.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "new", metav1.DeleteOptions{}))
+			cl.Reconcile()
+			st, ok := cl.ServiceCIDR("new")
+			require.True(t, ok && st.Terminating, "ServiceCIDR new is terminating")
+		}, "ServiceCIDR new is being deleted"},
+		{"target recreated", true, func(t *testing.T, cl *servicecidrtest.Cluster) {
+			require.NoError(t, cl.Kube.NetworkingV1().ServiceCIDRs().Delete(context.Background(), "new", metav1.DeleteOptions{}))
+			cl.Reconcile()
+			_, err := cl.Kube.NetworkingV1().ServiceCIDRs().Create(context.Background(), &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "new"},
+				Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"172.24.0.0/15"}}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}, "ServiceCIDR new was recreated since planning (uid "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cl, c := newStory3(t, "v1")
+			o := story3Options("v1")
+			if tt.target {
+				o.ServiceCIDRs = append(o.ServiceCIDRs, servicecidrtest.InitialServiceCIDR{Name: "new", CIDRs: []string{"172.24.0.0/15"}})
+			}
+			cl := servicecidrtest.MustNew(o)
+			c := connect(t, cl)
 			p, err := c.Plan(context.Background(), story3PlanOptions())
 			require.NoError(t, err)
+			require.Equal(t, tt.target, p.Target.Exists, "the plan moves the Services into an existing ServiceCIDR")
 			tt.change(t, cl)
 			w := cl.Writes()
 			_, err = c.Apply(context.Background(), p, fastApply(t.TempDir()))
@@ -595,22 +630,8 @@ func TestApplyDeleteOldAgainAfterKubeAPIServerRecreatedIt(t *testing.T) {
 // new plan made without recovering first would not see kube-dns at all;
 // Recover brings it back at its journaled address, so the new plan keeps it.
 func TestRecoverBeforeReplanning(t *testing.T) {
-	o := story3Options("v1")
-	cl := servicecidrtest.MustNew(o)
-	c := connect(t, cl)
-	p, err := c.Plan(context.Background(), story3PlanOptions())
-	require.NoError(t, err)
-	cl.FailServiceCreate(func(*corev1.Service) error {
-		return apierrors.NewInternalError(errors.New("failed to allocate a serviceIP: the provided network does not match the current range"))
-	})
-	dir := t.TempDir()
-	_, err = c.Apply(context.Background(), p, fastApply(dir))
-	require.ErrorIs(t, err, servicecidr.ErrServiceLost)
-	_, ok := cl.Service("kube-system", "kube-dns")
-	require.False(t, ok, "the crash left kube-dns deleted")
-	cl.FailServiceCreate(nil)
-
-	_, err = c.Recover(context.Background(), servicecidr.ApplyOptions{})
+	cl, c, dir := lostKubeDNS(t)
+	_, err := c.Recover(context.Background(), servicecidr.ApplyOptions{})
 	assert.ErrorContains(t, err, "Recover needs the journal directory")
 	res, err := c.Recover(context.Background(), fastApply(dir))
 	require.NoError(t, err)
