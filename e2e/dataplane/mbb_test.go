@@ -429,48 +429,49 @@ func TestMakeBeforeBreakFlannelPodCIDR(t *testing.T) {
 }
 
 func testMakeBeforeBreak(t *testing.T, backend string) {
+	ft := echoFailures(t)
 	env := NewEnv(t)
 	agentBin := buildExample(t, "nodenet-agent")
 	const network = "10.224.0.0/11"
 	cp := env.StartControlPlane(t, harness.Options{ClusterCIDR: network})
 	cs, err := cp.Client()
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	ctx := t.Context()
 
 	conf := `{"Network":"` + network + `","Backend":{"Type":"` + backend + `"}}`
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfNamespace}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	_, err = cs.CoreV1().ConfigMaps(flannel.DefaultNetConfNamespace).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: flannel.DefaultNetConfName}, Data: map[string]string{flannel.NetConfKey: conf}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	netConf := writeFile(t, env, "net-conf.json", conf)
 	flags := []string{"--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file=" + cp.NodeKubeconfig, "--net-config-path=" + netConf}
 
 	createAgentRBAC(t, cs)
 	agentKubeconfig, err := cp.NodeUserKubeconfig(agentIdentity[0], agentIdentity[1:]...)
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	k := &mbbKubelet{cs: cs, nodes: map[string]*Node{}, flannel: map[string]string{}, service: true, grace: 1500 * time.Millisecond, replicas: 2, flannelPods: true}
 	moving := []string{"a", "b", "c", "z"}
 	for i, name := range moving {
 		n, err := env.AddNode(name)
-		require.NoError(t, err)
+		require.NoError(ft, err)
 		podCIDR := fmt.Sprintf("10.244.%d.0/24", i+1)
 		createNode(t, cs, n, podCIDR)
-		require.NoError(t, n.StartFlanneld([]string{"NODE_NAME=" + name}, 30*time.Second, flags...))
+		require.NoError(ft, n.StartFlanneld([]string{"NODE_NAME=" + name}, 30*time.Second, flags...))
 		k.nodes[name], k.flannel[name] = n, podCIDR
-		require.NoError(t, k.addFlannelPod(ctx, name))
+		require.NoError(ft, k.addFlannelPod(ctx, name))
 		_, err = n.WriteCNIConfList()
-		require.NoError(t, err)
+		require.NoError(ft, err)
 		_, err = env.StartProc(n.NS, "nodenet-agent-"+name, nil, agentBin, "--node="+name, "--host-root="+n.Dir,
 			"--interval=500ms", "--kubeconfig="+agentKubeconfig, "--namespace="+migrate.DefaultAgentNamespace)
-		require.NoError(t, err)
+		require.NoError(ft, err)
 	}
 	for name, n := range k.nodes {
 		_, err = env.StartProc(n.NS, "kube-proxy-"+name, nil, cp.Binaries().KubeProxy,
 			"--kubeconfig="+cp.NodeKubeconfig, "--proxy-mode=iptables", "--hostname-override="+name,
 			"--cluster-cidr="+network, "--bind-address="+n.IP.String(), "--conntrack-max-per-core=0",
 			"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0", "--v=2")
-		require.NoError(t, err)
+		require.NoError(ft, err)
 	}
 	z := k.nodes["z"]
 
@@ -483,20 +484,20 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: new(intstr.FromInt32(1)),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	for _, name := range []string{"a", "b"} {
 		k.seq++
 		p, err := k.nodes[name].AddPod(ctx, fmt.Sprintf("web-%d", k.seq))
-		require.NoError(t, err)
-		require.NoError(t, k.registerWeb(ctx, p))
+		require.NoError(ft, err)
+		require.NoError(ft, k.registerWeb(ctx, p))
 		k.web = append(k.web, p)
 	}
 	selectorlessService(t, cs, metav1.NamespaceDefault, "web", "", k.web...)
 	client, err := z.AddPod(ctx, "client")
-	require.NoError(t, err)
-	require.NoError(t, registerPod(ctx, cs, client))
+	require.NoError(ft, err)
+	require.NoError(ft, registerPod(ctx, cs, client))
 	svc, err := cs.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "web", metav1.GetOptions{})
-	require.NoError(t, err)
+	require.NoError(ft, err)
 	svcIP := netip.MustParseAddr(svc.Spec.ClusterIP)
 	matrix := func() *Matrix {
 		pods := append(k.current(), client)
@@ -504,7 +505,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	}
 	before := matrix()
 	t.Logf("before:\n%s", before)
-	require.True(t, before.Full(), "the client and the web pods reach each other and Service web at %s:\n%s", svcIP, before)
+	require.True(ft, before.Full(), "the client and the web pods reach each other and Service web at %s:\n%s", svcIP, before)
 
 	kctx, stopKubelet := context.WithCancel(ctx)
 	var kwg sync.WaitGroup
@@ -526,7 +527,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 			Namespace: flannel.DefaultNetConfNamespace, ConfigMap: flannel.DefaultNetConfName, FlannelSelector: "app=flannel",
 			Continue: true, HealthTimeout: 90 * time.Second, PollInterval: 200 * time.Millisecond,
 		})
-		require.NoError(t, err)
+		require.NoError(ft, err)
 		began := map[string]time.Time{}
 		start := time.Now()
 		runner := &migrate.Runner{Mode: migrate.ModeApply, JournalDir: filepath.Join(t.TempDir(), name), Agents: agents,
@@ -560,7 +561,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		r.took = time.Since(start)
 		// The drain-style run ends with pods still being replaced: the
 		// count goes on until the Service has its two replicas again.
-		assert.Eventually(t, func() bool { return k.settled(ctx) }, 90*time.Second, 200*time.Millisecond, "%s: the web pods are replaced", name)
+		assert.Eventually(ft, func() bool { return k.settled(ctx) }, 90*time.Second, 200*time.Millisecond, "%s: the web pods are replaced", name)
 		r.settled = time.Since(start)
 		time.Sleep(time.Second) // the loop sees the end state
 		loop.mu.Lock()
@@ -571,8 +572,8 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 				t.Logf("%s step %s [%s]\n  %s", name, s.Name, s.Status, strings.Join(s.Details, "\n  "))
 			}
 		}
-		require.NoError(t, err)
-		require.False(t, rep.Paused(), "%+v", rep.Waiting)
+		require.NoError(ft, err)
+		require.False(ft, rep.Paused(), "%+v", rep.Waiting)
 		return r, m
 	}
 
@@ -604,19 +605,19 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	clientLeft := func() {
 		t.Helper()
 		k.cni[z.Name].Lock()
-		require.NoError(t, z.DelPod(ctx, client))
+		require.NoError(ft, z.DelPod(ctx, client))
 		k.cni[z.Name].Unlock()
-		require.NoError(t, cs.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, client.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+		require.NoError(ft, cs.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, client.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
 		wants, err := m.HostWants(ctx)
-		require.NoError(t, err)
+		require.NoError(ft, err)
 		for _, w := range wants {
 			for _, p := range w.Peers {
-				assert.Empty(t, p.OldPodCIDRs, "want of %s: no live pod holds an old address of %s", w.Node, p.Name)
+				assert.Empty(ft, p.OldPodCIDRs, "want of %s: no live pod holds an old address of %s", w.Node, p.Name)
 			}
 			_, err := agents.Apply(ctx, w)
-			require.NoError(t, err)
+			require.NoError(ft, err)
 		}
-		require.Eventually(t, func() bool {
+		require.Eventually(ft, func() bool {
 			st, err := agents.Status(ctx, "z")
 			return err == nil && st != nil && st.Phase == migrate.HostConverged
 		}, 60*time.Second, 200*time.Millisecond, "z's agent tears its transition down")
@@ -633,7 +634,7 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		}
 		for _, args := range probes {
 			out, err := n.Run(args[0], args[1:]...)
-			require.NoError(t, err)
+			require.NoError(ft, err)
 			for _, l := range strings.Split(out, "\n") {
 				if strings.Contains(l, "10.244.") || strings.HasPrefix(l, "00:00:00:00:00:00 ") {
 					traces = append(traces, name+": "+strings.Join(args, " ")+": "+l)
@@ -641,15 +642,15 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 			}
 		}
 		st, err := agents.Status(ctx, name)
-		require.NoError(t, err)
-		require.NotNil(t, st, "node %s's agent reported", name)
-		assert.Equal(t, migrate.HostConverged, st.Phase, "node %s's agent: findings %v, error %s", name, st.Findings, st.Error)
+		require.NoError(ft, err)
+		require.NotNil(ft, st, "node %s's agent reported", name)
+		assert.Equal(ft, migrate.HostConverged, st.Phase, "node %s's agent: findings %v, error %s", name, st.Findings, st.Error)
 	}
 
 	// The drain-style move, with a new client on z (the same loop).
 	client, err = z.AddPod(ctx, "client2")
-	require.NoError(t, err)
-	require.NoError(t, registerPod(ctx, cs, client))
+	require.NoError(ft, err)
+	require.NoError(ft, registerPod(ctx, cs, client))
 	loop2, stopLoop2 := startServiceLoop(ctx, cs, client, metav1.NamespaceDefault, "web")
 	defer stopLoop2()
 	time.Sleep(2 * time.Second)
@@ -666,13 +667,13 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 	var endKilled *Matrix
 	if backend == "vxlan" {
 		client, err = z.AddPod(ctx, "client3")
-		require.NoError(t, err)
-		require.NoError(t, registerPod(ctx, cs, client))
+		require.NoError(ft, err)
+		require.NoError(ft, registerPod(ctx, cs, client))
 		loop3, stopLoop3 := startServiceLoop(ctx, cs, client, metav1.NamespaceDefault, "web")
 		defer stopLoop3()
 		time.Sleep(2 * time.Second)
-		killed = killedRunbookMove(t, cp.AdminKubeconfig(), network, "10.236.0.0/16", "10.232.0.0/16", loop3)
-		assert.Eventually(t, func() bool { return k.settled(ctx) }, 90*time.Second, 200*time.Millisecond, "killed runbook: the web pods are replaced")
+		killed = killedRunbookMove(ft, cp.AdminKubeconfig(), network, "10.236.0.0/16", "10.232.0.0/16", loop3)
+		assert.Eventually(ft, func() bool { return k.settled(ctx) }, 90*time.Second, 200*time.Millisecond, "killed runbook: the web pods are replaced")
 		time.Sleep(time.Second)
 		loop3.mu.Lock()
 		killed.ok, killed.fail = loop3.ok, loop3.fail
@@ -703,24 +704,24 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 		t.Log(w)
 	}
 	k.mu.Lock()
-	assert.Empty(t, k.errs, "the emulated kubelets and controllers")
-	assert.GreaterOrEqual(t, k.replaced, 4, "each web pod was replaced in each run")
+	assert.Empty(ft, k.errs, "the emulated kubelets and controllers")
+	assert.GreaterOrEqual(ft, k.replaced, 4, "each web pod was replaced in each run")
 	k.mu.Unlock()
-	assert.Empty(t, mbb.matrixFailures, "make-before-break: the matrix is full after each node's step")
-	assert.True(t, end.Full(), "after make-before-break:\n%s", end)
-	assert.Empty(t, traces, "no trace of 10.244.0.0/16 or of the standby on any node")
-	assert.Len(t, mbb.inTransition, len(moving), "every node went through the transition")
-	assert.Empty(t, vtepRemoved, "make-before-break: no flanneld deleted its VTEP's address (and with it the node's routes)")
+	assert.Empty(ft, mbb.matrixFailures, "make-before-break: the matrix is full after each node's step")
+	assert.True(ft, end.Full(), "after make-before-break:\n%s", end)
+	assert.Empty(ft, traces, "no trace of 10.244.0.0/16 or of the standby on any node")
+	assert.Len(ft, mbb.inTransition, len(moving), "every node went through the transition")
+	assert.Empty(ft, vtepRemoved, "make-before-break: no flanneld deleted its VTEP's address (and with it the node's routes)")
 	// The issue's goal: no request through the Service failed during the
 	// whole make-before-break migration (the drain-style run's failures are
 	// the comparison, logged above and in BENCHMARKS.md section 6).
-	assert.Positive(t, mbb.ok, "the client's requests went through during make-before-break")
-	assert.Zero(t, mbb.fail, "make-before-break: failed requests through Service web (of %d)", mbb.ok+mbb.fail)
-	assert.True(t, endDrain.Full(), "after the drain-style move:\n%s", endDrain)
+	assert.Positive(ft, mbb.ok, "the client's requests went through during make-before-break")
+	assert.Zero(ft, mbb.fail, "make-before-break: failed requests through Service web (of %d)", mbb.ok+mbb.fail)
+	assert.True(ft, endDrain.Full(), "after the drain-style move:\n%s", endDrain)
 	if endKilled != nil {
-		assert.Positive(t, killed.ok, "the client's requests went through while the runbook was killed and rerun")
-		assert.Zero(t, killed.fail, "make-before-break killed four times: failed requests through Service web (of %d)", killed.ok+killed.fail)
-		assert.True(t, endKilled.Full(), "after the killed and resumed runbook:\n%s", endKilled)
+		assert.Positive(ft, killed.ok, "the client's requests went through while the runbook was killed and rerun")
+		assert.Zero(ft, killed.fail, "make-before-break killed four times: failed requests through Service web (of %d)", killed.ok+killed.fail)
+		assert.True(ft, endKilled.Full(), "after the killed and resumed runbook:\n%s", endKilled)
 	}
 }
 
@@ -732,7 +733,8 @@ func testMakeBeforeBreak(t *testing.T, backend string) {
 // missing until the rerun re-creates it from the journal), and 300 ms after
 // b's transition hook (during the eviction of its web pod, which the
 // emulated kubelet takes 1.5 s to end). The last run must exit 0.
-func killedRunbookMove(t *testing.T, kubeconfig, network, from, nodeRange string, loop *serviceLoop) mbbRun {
+func killedRunbookMove(ft *failureEcho, kubeconfig, network, from, nodeRange string, loop *serviceLoop) mbbRun {
+	t := ft.t
 	t.Helper()
 	bin := buildExample(t, "migrate-flannel-podcidr")
 	journal := filepath.Join(t.TempDir(), "killed")
@@ -754,13 +756,13 @@ func killedRunbookMove(t *testing.T, kubeconfig, network, from, nodeRange string
 	loop.mu.Unlock()
 	start := time.Now()
 	for run := 0; ; run++ {
-		require.Less(t, run, 10, "the runbook keeps getting killed")
+		require.Less(ft, run, 10, "the runbook keeps getting killed")
 		cmd := exec.Command(bin, args...)
 		stderr, err := cmd.StderrPipe()
-		require.NoError(t, err)
+		require.NoError(ft, err)
 		var stdout strings.Builder
 		cmd.Stdout = &stdout
-		require.NoError(t, cmd.Start())
+		require.NoError(ft, cmd.Start())
 		sc := bufio.NewScanner(stderr)
 		wasKilled := false
 		for sc.Scan() {
@@ -768,7 +770,7 @@ func killedRunbookMove(t *testing.T, kubeconfig, network, from, nodeRange string
 			t.Logf("runbook run %d +%s: %s", run+1, time.Since(start).Round(10*time.Millisecond), line)
 			if !wasKilled && len(kills) > 0 && strings.Contains(line, kills[0].line) {
 				time.Sleep(kills[0].after)
-				require.NoError(t, cmd.Process.Kill())
+				require.NoError(ft, cmd.Process.Kill())
 				t.Logf("runbook run %d: SIGKILL after %q", run+1, kills[0].line)
 				kills, wasKilled = kills[1:], true
 			}
@@ -777,8 +779,8 @@ func killedRunbookMove(t *testing.T, kubeconfig, network, from, nodeRange string
 		if wasKilled {
 			continue
 		}
-		require.NoError(t, err, "the last run of the runbook:\n%s", stdout.String())
-		require.Empty(t, kills, "every kill point was reached")
+		require.NoError(ft, err, "the last run of the runbook:\n%s", stdout.String())
+		require.Empty(ft, kills, "every kill point was reached")
 		break
 	}
 	r.took = time.Since(start)
