@@ -631,6 +631,24 @@ func TestApplyOptionsValidation(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidOptions)
 	_, err = Apply(ctxT(t), c, p, ApplyOptions{DryRun: "maybe"})
 	require.ErrorIs(t, err, ErrInvalidOptions)
+	for _, bad := range []struct {
+		o    ApplyOptions
+		want string
+	}{
+		{ApplyOptions{Concurrency: -1}, "concurrency -1: want 1 or more"},
+		{ApplyOptions{RateLimit: -0.5}, "rate limit -0.5: want 0 (no limit) or more"},
+		{ApplyOptions{CreateGrace: -time.Second}, "create grace -1s: must not be negative"},
+		{ApplyOptions{Hooks: []Hook{{Name: "restart-cni"}}}, "hook 0 (restart-cni) has no Run"},
+		{ApplyOptions{BeforeDelete: []Hook{{Name: "drain", Run: func(context.Context, *corev1.Node) error { return nil }}}, Hooks: []Hook{{Name: "cni"}}},
+			"hook 1 (cni) has no Run"},
+	} {
+		bad.o.JournalDir = t.TempDir()
+		w := len(c.Actions())
+		_, err = Apply(ctxT(t), c, p, bad.o)
+		require.ErrorIs(t, err, ErrInvalidOptions, bad.want)
+		assert.ErrorContains(t, err, bad.want)
+		assert.Len(t, c.Actions(), w, "%s: refused before any request", bad.want)
+	}
 	_, err = Apply(ctxT(t), c, nil, ApplyOptions{Concurrency: 1, JournalDir: t.TempDir()})
 	require.ErrorIs(t, err, ErrInvalidPlan)
 	dir := t.TempDir()
