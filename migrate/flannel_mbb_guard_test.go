@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -289,4 +290,68 @@ func TestFlannelMakeBeforeBreakLogsWhoseOldSubnetsAreKept(t *testing.T) {
 	require.NotEmpty(t, kept)
 	assert.Equal(t, []string{"w1"}, kept[len(kept)-1], "%v", kept)
 	assert.Contains(t, kept, []string{"w2", "w1"}, "after w2 moved, while web-a held its old address")
+}
+
+// A server dry run of make-before-break, with an agent on every node,
+// changes no host and no pod: every write is a dry run, no want is
+// published, no eviction is sent, and every node keeps its podCIDRs and
+// its UID. (The make-before-break hooks' own checks of the mode are not
+// what this test reaches: nodecidr runs no hook in a dry run.)
+func TestFlannelMakeBeforeBreakServerDryRunChangesNothing(t *testing.T) {
+	cs, srv := mbbCluster()
+	got, stop := agentsOn(cs, "w1", "w2", "w3")
+	defer stop()
+	before := srv.Nodes()
+	var mu sync.Mutex
+	var writes []string
+	cs.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			switch a.GetResource().Resource {
+			case "leases", "selfsubjectaccessreviews":
+				return false, nil, nil // the agents' own, and the access checks
+			}
+			mu.Lock()
+			writes = append(writes, fmt.Sprintf("%s %s/%s %v", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), dryRunOf(a)))
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	m, err := migrate.FlannelPodCIDR(mbbOptions(cs))
+	require.NoError(t, err)
+	agents := &migrate.HostAgents{Kube: cs, PollInterval: time.Millisecond, Timeout: 5 * time.Second}
+	waitAgents(t, agents, "w1", "w2", "w3")
+	_, err = (&migrate.Runner{Mode: migrate.ModeServerDryRun, Agents: agents}).Run(t.Context(), m)
+	require.NoError(t, err)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, writes, "the run sends its writes, as dry runs")
+	for _, w := range writes {
+		assert.Contains(t, w, "[All]", "every write of a server dry run is a dry run: %s", w)
+		assert.NotContains(t, w, "eviction", "no eviction is sent, not even as a dry run")
+	}
+	assert.Empty(t, got(), "no agent got a want")
+	for _, b := range before {
+		n, ok := srv.Node(b.Name)
+		require.True(t, ok, "node %s", b.Name)
+		assert.Equal(t, b.UID, n.UID, "node %s", b.Name)
+		assert.Equal(t, b.Spec.PodCIDRs, n.Spec.PodCIDRs, "node %s", b.Name)
+		assert.NotContains(t, n.Annotations, migrate.HostWantAnnotation, b.Name)
+	}
+}
+
+// dryRunOf is the dryRun option of a write.
+func dryRunOf(a k8stesting.Action) []string {
+	switch a := a.(type) {
+	case k8stesting.CreateActionImpl:
+		return a.CreateOptions.DryRun
+	case k8stesting.UpdateActionImpl:
+		return a.UpdateOptions.DryRun
+	case k8stesting.PatchActionImpl:
+		return a.PatchOptions.DryRun
+	case k8stesting.DeleteActionImpl:
+		return a.DeleteOptions.DryRun
+	}
+	return nil
 }
