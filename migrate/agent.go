@@ -541,7 +541,13 @@ func (a *Agent) Once(ctx context.Context) (*HostStatus, error) {
 			return prev, a.report(ctx, lease, prev)
 		}
 	}
-	st := a.carryOut(ctx, req)
+	st, cut := a.carry(ctx, req)
+	if cut != nil {
+		// Not a failure of the request: the next round, of this agent or
+		// of the next one, carries it out again. The Lease keeps its last
+		// report.
+		return nil, cut
+	}
 	if len(drift) > 0 {
 		st.Actions = append([]string{"undone since the last report, done again: " + strings.Join(drift, ", ")}, st.Actions...)
 	}
@@ -555,7 +561,18 @@ func (a *Agent) Carry(ctx context.Context, req HostRequest) (*HostStatus, error)
 	if err := a.defaults(); err != nil {
 		return nil, err
 	}
-	return a.carryOut(ctx, req), nil
+	return a.carry(ctx, req)
+}
+
+// carry is carryOut, with the error that cut the round short (the agent is
+// stopping: its context ended, or an iptables command it ran was killed by
+// a signal, as systemd's stop of the agent's unit kills every process of it
+// at once). Then the status says failed, but nothing is known to have
+// failed: Once reports nothing, and the request is carried out again.
+func (a *Agent) carry(ctx context.Context, req HostRequest) (*HostStatus, error) {
+	var cut error
+	st := a.carryOut(ctx, req, &cut)
+	return st, cut
 }
 
 // hostWant completes req's want with the host-side fields of a.Host and
@@ -596,10 +613,14 @@ func (a *Agent) drift(ctx context.Context, req HostRequest) []string {
 	return out
 }
 
-// carryOut audits, plans, applies and verifies one request.
-func (a *Agent) carryOut(ctx context.Context, req HostRequest) *HostStatus {
+// carryOut audits, plans, applies and verifies one request; an error that
+// cut the round short is stored in *cut (see carry).
+func (a *Agent) carryOut(ctx context.Context, req HostRequest, cut *error) *HostStatus {
 	st := &HostStatus{Generation: req.Generation}
 	fail := func(err error) *HostStatus {
+		if errors.Is(err, nodenet.ErrInterrupted) || ctx.Err() != nil {
+			*cut = fmt.Errorf("node %s: generation %d cut short, not reported: %w", a.Node, req.Generation, err)
+		}
 		st.Phase, st.Error = HostFailed, oneLine(err.Error())
 		return st
 	}

@@ -3,6 +3,8 @@ package migrate
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -393,4 +395,59 @@ func TestAgentJournalsTheHostsChanges(t *testing.T) {
 	_, err = a.Carry(t.Context(), HostRequest{Generation: 2, Want: agentWant("w1")})
 	require.NoError(t, err)
 	assert.Nil(t, got, "no JournalDir: no journal")
+}
+
+// A round cut short by a stop (an iptables command killed by a signal, as
+// systemd's stop of the agent's unit kills every process of it at once) is
+// not a failure of the request: Once reports nothing, the Lease keeps the
+// last report (deferred here), and the next round carries the request out.
+func TestAgentDoesNotReportARoundCutShortAsFailed(t *testing.T) {
+	req, err := json.Marshal(HostRequest{Generation: 4, Want: agentWant("w1")})
+	require.NoError(t, err)
+	n := agentNode("w1")
+	n.Annotations = map[string]string{HostWantAnnotation: string(req)}
+	cs := fake.NewClientset(n)
+	killed := true
+	h := (&hostFlaky{}).calls()
+	apply := h.apply
+	h.apply = func(ctx context.Context, w nodenet.Want, p *nodenet.Plan, o nodenet.ApplyOptions) (*nodenet.Result, error) {
+		if killed {
+			return nil, fmt.Errorf("nodenet: iptables list nat POSTROUTING: %w (terminated): exit status -1", nodenet.ErrInterrupted)
+		}
+		return apply(ctx, w, p, o)
+	}
+	a := &Agent{Kube: cs, Node: "w1", host: h}
+	hosts := &HostAgents{Kube: cs}
+	// The last report before the stop: generation 4 deferred.
+	require.NoError(t, a.defaults())
+	lease, err := a.lease(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, a.report(t.Context(), lease, &HostStatus{Generation: 4, Phase: HostDeferred}))
+
+	st, err := a.Once(t.Context())
+	require.ErrorIs(t, err, nodenet.ErrInterrupted)
+	assert.ErrorContains(t, err, "node w1: generation 4 cut short, not reported")
+	assert.Nil(t, st)
+	rep, err := hosts.Status(t.Context(), "w1")
+	require.NoError(t, err)
+	require.NotNil(t, rep)
+	assert.Equal(t, HostDeferred, rep.Phase, "the Lease keeps the last report")
+
+	killed = false
+	st, err = a.Once(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, st.Phase)
+	rep, err = hosts.Status(t.Context(), "w1")
+	require.NoError(t, err)
+	assert.Equal(t, HostConverged, rep.Phase)
+	assert.Equal(t, int64(4), rep.Generation)
+
+	// A real failure is still reported as one.
+	h.apply = func(context.Context, nodenet.Want, *nodenet.Plan, nodenet.ApplyOptions) (*nodenet.Result, error) {
+		return nil, errors.New("nodenet: iptables insert nat FLANNEL-POSTRTG: exit status 4: iptables: Resource temporarily unavailable")
+	}
+	a = &Agent{Kube: cs, Node: "w1", host: h}
+	st, err = a.Carry(t.Context(), HostRequest{Generation: 5, Want: agentWant("w1")})
+	require.NoError(t, err)
+	assert.Equal(t, HostFailed, st.Phase)
 }

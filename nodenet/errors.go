@@ -40,6 +40,11 @@ var (
 	// ErrNotConverged means Verify found error-severity findings: the node's
 	// state is not (yet) what the Want says.
 	ErrNotConverged = errors.New("node network not converged")
+	// ErrInterrupted means an iptables command was killed by a signal before
+	// it answered: the process stopping nodenet's caller (systemd stops a
+	// unit's whole control group at once) or someone else ended it. What it
+	// did is not known, and nothing says the host refused it: run again.
+	ErrInterrupted = errors.New("iptables command killed by a signal")
 )
 
 // FieldError reports one field whose value is wrong, and what would be valid.

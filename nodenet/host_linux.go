@@ -334,9 +334,17 @@ func (h *host) listChain(table, chain string) ([]Rule, bool, error) {
 	return rules, true, nil
 }
 
+// wrapIPT names the iptables call that failed; a command killed by a
+// signal is marked ErrInterrupted.
 func wrapIPT(err error, op, table, chain string) error {
 	if err == nil {
 		return nil
+	}
+	var ie *iptables.Error
+	if errors.As(err, &ie) && ie.ProcessState != nil {
+		if ws, ok := ie.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Errorf("nodenet: iptables %s %s %s: %w (%s): %w", op, table, chain, ErrInterrupted, ws.Signal(), err)
+		}
 	}
 	return fmt.Errorf("nodenet: iptables %s %s %s: %w", op, table, chain, err)
 }
